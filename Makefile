@@ -1,0 +1,33 @@
+# sera: `make run` sets up and runs the main job; `make test` sets up and runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+SAMPLE ?= 64
+export HF_HUB_OFFLINE := 1
+
+.PHONY: setup run test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	# Published TextCraft-Synth data (MIT). It declares Python>=3.12 and pulls a heavy
+	# dependency we never import, hence its own call with --no-deps.
+	$(PY) -m pip install -q --no-deps --ignore-requires-python platoon-textcraft==0.3.0
+	touch $@
+
+run: setup
+	$(VENV)/bin/sera eval --env textcraft-synth --split val --policy oracle --limit $(SAMPLE) --out runs/oracle-val-$(SAMPLE)
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) benchmarks/textcraft_world.py
+	$(PY) benchmarks/runtime_oracle.py
+	$(PY) benchmarks/sandbox_overhead.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,284 @@
+"""Core records: tasks, rollout trees, agent nodes, steps, fork groups.
+
+A rollout is a tree of agents. Every saved rollout file is `RolloutTree.to_json()`, and
+`RolloutTree.from_json(text)` reads it back losslessly; the credit functions, the viewer and the
+tests all read this one format. The records are plain data: no environment or model handles.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    """Base for all records: field docstrings become schema descriptions; unknown keys are errors."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+
+class Message(Record):
+    """One chat message."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    """Who speaks."""
+    content: str
+    """The message text."""
+
+
+class Task(Record):
+    """One task of an environment, as published (the RAO/SERA JSONL rows map onto this)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+
+    id: str
+    """Stable task id, e.g. `textcraft_synth.val.17`."""
+    goal: str
+    """The root agent's goal text."""
+    env: str
+    """Environment name, e.g. `textcraft-synth`."""
+    difficulty: str | None = None
+    """Difficulty band (`easy`, `medium`, `hard`, `extreme`) when the data set has one."""
+    max_steps: int | None = None
+    """The step budget stored in the data file (75 in TextCraft-Synth); the runtime budget
+    comes from `RuntimeConfig`, as in the paper's runs."""
+    misc: dict[str, Any] = Field(default_factory=dict)
+    """Environment payload (TextCraft: target_items, initial_inventory, gold_trajectory, ...)."""
+
+
+class Usage(Record):
+    """Token counts of one model call."""
+
+    prompt_tokens: int = 0
+    """Tokens in the prompt."""
+    completion_tokens: int = 0
+    """Tokens in the completion."""
+
+
+class Action(Record):
+    """A model reply parsed into something the environment can execute."""
+
+    kind: Literal["code", "text", "invalid"]
+    """`code`: a CodeAct cell; `text`: a tagged text-protocol action; `invalid`: unparseable."""
+    thought: str = ""
+    """The reasoning part of the reply, if the protocol has one."""
+    body: str = ""
+    """What is executed: the code of a cell, or the text action."""
+    parse_error: str | None = None
+    """Why the reply could not be parsed (only for `invalid`)."""
+
+
+class Step(Record):
+    """One policy call of one agent and what followed from it."""
+
+    index: int
+    """Position in the node's step list (0-based)."""
+    prompt_len: int
+    """The prompt was `node.messages[:prompt_len]`, unless `prompt_messages` is set."""
+    prompt_messages: list[Message] | None = None
+    """The exact prompt when the sampler changed it (context truncation); else None."""
+    prompt_token_ids: list[int] | None = None
+    """Prompt token ids when the backend reports them."""
+    completion_text: str
+    """The raw completion text."""
+    completion_token_ids: list[int] | None = None
+    """Completion token ids when the backend reports them."""
+    completion_logprobs: list[float] | None = None
+    """The sampler's per-token log-probabilities, aligned with `completion_token_ids`."""
+    finish_reason: str | None = None
+    """Why generation stopped (`stop`, `length`, ...)."""
+    usage: Usage = Field(default_factory=Usage)
+    """Token counts of the call."""
+    action: Action
+    """The parsed action."""
+    observation: str
+    """The text the agent received after the action (appended as the next user message)."""
+    error: str | None = None
+    """Error raised by the action (cell error, tool error, parse error), if any."""
+    child_ids: list[str] = Field(default_factory=list)
+    """Agents launched during this step, in launch order (one delegation event)."""
+    started_at: float = 0.0
+    """Wall-clock start (seconds since the epoch)."""
+    policy_s: float = 0.0
+    """Seconds spent waiting for the policy."""
+    env_s: float = 0.0
+    """Seconds spent executing the action (including awaited children)."""
+
+
+class AgentNode(Record):
+    """One agent of the tree: the root or a child launched by a parent step."""
+
+    id: str
+    """Unique within the tree."""
+    parent_id: str | None = None
+    """The launching agent; None for the root."""
+    fork_step: int | None = None
+    """Index of the parent step that launched this agent; None for the root."""
+    depth: int = 0
+    """0 for the root, parent depth + 1 for a child."""
+    goal: str
+    """The task text this agent was given."""
+    budget: int
+    """Maximum number of policy calls of this agent."""
+    messages: list[Message] = Field(default_factory=list)
+    """The full transcript: system, first user message, then assistant/observation pairs."""
+    steps: list[Step] = Field(default_factory=list)
+    """Policy calls in order."""
+    finish_message: str | None = None
+    """The message passed to `finish`, if the agent finished explicitly."""
+    error: str | None = None
+    """Why the agent stopped without finishing (budget, timeout, crash, cancellation)."""
+    verified_success: bool | None = None
+    """Programmatic verifier outcome, when a verifier ran."""
+    verifier_info: dict[str, Any] = Field(default_factory=dict)
+    """What the verifier looked at (start and end state, missing items)."""
+    rubric: dict[str, Any] | None = None
+    """The parent's frozen rubric for this agent (SERA), if one was written."""
+    rubric_hash: str | None = None
+    """sha256 of the canonical rubric JSON, taken when the agent started."""
+    rubric_score: float | None = None
+    """The rubric score of this agent's trajectory, if scored."""
+    skip_gradient: bool = False
+    """True when this agent must not produce training data."""
+    skip_reason: str | None = None
+    """Why `skip_gradient` is set."""
+    started_at: float = 0.0
+    """Wall-clock start (seconds since the epoch)."""
+    ended_at: float = 0.0
+    """Wall-clock end (seconds since the epoch)."""
+
+
+class ForkBranch(Record):
+    """One counterfactual child run from a cloned state."""
+
+    index: int
+    """Branch number within the group (0 is the one committed by default)."""
+    node_id: str
+    """The branch's agent node."""
+    label: bool | None = None
+    """Verified or judged success of the branch."""
+    rubric_score: float | None = None
+    """Score the group's rubric gave this branch."""
+
+
+class ForkGroup(Record):
+    """B counterfactual children launched from one delegation point (rubric training)."""
+
+    id: str
+    """Unique within the tree."""
+    parent_id: str
+    """The delegating agent."""
+    parent_step: int
+    """Index of the delegating step."""
+    child_goal: str
+    """The goal every branch received."""
+    state_digest: str = ""
+    """sha256 of the forked state, to show all branches started from the same state."""
+    branches: list[ForkBranch] = Field(default_factory=list)
+    """The branches, by index."""
+    committed_branch: int | None = None
+    """Which branch's end state was committed back to the parent."""
+
+
+class DelegationEvent(Record):
+    """All children launched by one parent step."""
+
+    parent_id: str
+    """The delegating agent."""
+    parent_step: int
+    """Index of the delegating step."""
+    child_ids: list[str]
+    """The children, in launch order."""
+
+
+class RolloutTree(Record):
+    """One root rollout: every agent of the tree, keyed by id, plus what it cost."""
+
+    task_id: str
+    """The task this rollout attempted."""
+    env: str
+    """Environment name."""
+    root_id: str
+    """Id of the root agent."""
+    nodes: dict[str, AgentNode]
+    """All agents, in creation order (the root first)."""
+    seed: int | None = None
+    """Sampling seed of the rollout, if any."""
+    policy_version: int = 0
+    """Version of the policy weights that produced the rollout."""
+    fork_groups: list[ForkGroup] = Field(default_factory=list)
+    """Counterfactual groups collected during the rollout."""
+    root_success: bool | None = None
+    """Verified success of the whole task."""
+    error: str | None = None
+    """A rollout-level failure (e.g. the environment could not be built), if any."""
+    started_at: float = 0.0
+    """Wall-clock start (seconds since the epoch)."""
+    wall_time_s: float = 0.0
+    """Seconds from start to end."""
+    counters: dict[str, int] = Field(default_factory=dict)
+    """Usage counters: policy calls, tokens, tool calls, world clones, ..."""
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The canonical on-disk form."""
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> RolloutTree:
+        """Read a tree written by `to_json`; raises pydantic.ValidationError naming the field."""
+        return cls.model_validate_json(text)
+
+    # -- structure -----------------------------------------------------------------------------
+
+    @property
+    def root(self) -> AgentNode:
+        """The root agent."""
+        return self.nodes[self.root_id]
+
+    def children(self, node_id: str) -> list[AgentNode]:
+        """Direct children of a node, in creation order."""
+        return [n for n in self.nodes.values() if n.parent_id == node_id]
+
+    def leaves(self) -> list[AgentNode]:
+        """Agents that launched no child."""
+        parents = {n.parent_id for n in self.nodes.values() if n.parent_id is not None}
+        return [n for n in self.nodes.values() if n.id not in parents]
+
+    def leaves_under(self, node_id: str) -> list[AgentNode]:
+        """Leaves of the subtree rooted at `node_id` (the node itself if it has no child)."""
+        below = self.descendants(node_id)
+        if not below:
+            return [self.nodes[node_id]]
+        leaf_ids = {n.id for n in self.leaves()}
+        return [n for n in below if n.id in leaf_ids]
+
+    def descendants(self, node_id: str) -> list[AgentNode]:
+        """All agents below `node_id`, breadth first."""
+        out: list[AgentNode] = []
+        frontier = [node_id]
+        while frontier:
+            kids = [c for parent in frontier for c in self.children(parent)]
+            out.extend(kids)
+            frontier = [k.id for k in kids]
+        return out
+
+    def depth(self) -> int:
+        """Deepest agent depth in the tree (0 for a lone root)."""
+        return max(n.depth for n in self.nodes.values())
+
+    def delegation_events(self) -> list[DelegationEvent]:
+        """Children grouped by the parent step that launched them, in creation order."""
+        events: dict[tuple[str, int], list[str]] = {}
+        for node in self.nodes.values():
+            if node.parent_id is None or node.fork_step is None:
+                continue
+            events.setdefault((node.parent_id, node.fork_step), []).append(node.id)
+        return [
+            DelegationEvent(parent_id=p, parent_step=s, child_ids=ids)
+            for (p, s), ids in events.items()
+        ]
