@@ -1,0 +1,1 @@
+"""Action protocols: how replies are parsed and observations written."""
