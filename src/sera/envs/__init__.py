@@ -1,0 +1,1 @@
+"""Environments: TextCraft-Synth (and TextWorld-Sync in a later release)."""
