@@ -1,0 +1,141 @@
+"""The `sera` command line: evaluate, write data sets, play a task by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from sera.envs.registry import EnvSpec, env_names, get_env
+from sera.runtime.config import RuntimeConfig
+from sera.types import Task
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and evaluate recursive LLM agents.")
+data_app = typer.Typer(no_args_is_help=True, help="Write published task sets to files.")
+app.add_typer(data_app, name="data")
+console = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code=2)
+
+
+def _env(name: str) -> EnvSpec:
+    try:
+        return get_env(name)
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+        raise
+
+
+def _tasks(spec: EnvSpec, split: str, tasks_file: Path | None) -> list[Task]:
+    try:
+        if tasks_file is not None:
+            return spec.load_file(tasks_file)
+        if split not in spec.splits:
+            _fail(f"unknown split {split!r} for {spec.name}; known: {', '.join(spec.splits)}")
+        return spec.load_split(split)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+        raise
+
+
+def _select(tasks: list[Task], difficulty: str | None, task_ids: list[str] | None, limit: int | None) -> list[Task]:
+    if task_ids:
+        by_id = {t.id: t for t in tasks}
+        unknown = [i for i in task_ids if i not in by_id]
+        if unknown:
+            _fail(f"unknown task id(s): {', '.join(unknown)} (ids look like {tasks[0].id!r})")
+        tasks = [by_id[i] for i in task_ids]
+    if difficulty:
+        known = sorted({t.difficulty for t in tasks if t.difficulty})
+        if difficulty not in known:
+            _fail(f"unknown difficulty {difficulty!r}; known: {', '.join(known)}")
+        tasks = [t for t in tasks if t.difficulty == difficulty]
+    return tasks[:limit] if limit is not None else tasks
+
+
+@app.command("eval")
+def eval_command(
+    out: Annotated[Path, typer.Option(help="Output folder: rollouts/*.json and summary.json.")],
+    env: Annotated[str, typer.Option(help=f"Environment: {', '.join(env_names())}.")] = "textcraft-synth",
+    split: Annotated[str, typer.Option(help="Task split.")] = "val",
+    policy: Annotated[str, typer.Option(help="Policy: 'oracle'.")] = "oracle",
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N tasks.")] = None,
+    difficulty: Annotated[str | None, typer.Option(help="Only this difficulty band.")] = None,
+    task_id: Annotated[list[str] | None, typer.Option("--task-id", help="Only these task ids (repeatable).")] = None,
+    tasks_file: Annotated[Path | None, typer.Option(help="Read tasks from this file instead of the split.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
+    max_calls: Annotated[int, typer.Option(min=1, help="Policy calls per agent.")] = 20,
+    max_depth: Annotated[int, typer.Option(min=0, help="Maximum delegation depth.")] = 3,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run a policy on a task set, save every rollout tree and print the results table."""
+    from sera.eval.harness import evaluate
+    from sera.eval.report import print_summary
+
+    spec = _env(env)
+    tasks = _select(_tasks(spec, split, tasks_file), difficulty, task_id, limit)
+    if not tasks:
+        _fail("no task selected")
+    if policy != "oracle":
+        _fail(f"unknown policy {policy!r}; available: oracle (model policies arrive with the policy backends)")
+    summary = asyncio.run(
+        evaluate(
+            tasks, spec.oracle(), spec.root_env, out,
+            env_name=spec.name, split=split if tasks_file is None else str(tasks_file), policy_name=policy,
+            config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth),
+            concurrency=concurrency, show_progress=progress,
+        )
+    )
+    print_summary(summary, Console())
+    Console().print(f"saved {summary.overall.tasks} task results under {out}/ (summary.json, rollouts/)")
+
+
+@data_app.command("textcraft")
+def data_textcraft(
+    split: Annotated[str, typer.Option(help="train or val.")],
+    out: Annotated[Path, typer.Option(help="Output JSONL file.")],
+    generate: Annotated[bool, typer.Option(help="Generate with our generator instead of copying the package data.")] = True,
+) -> None:
+    """Write the TextCraft-Synth task set of a split in the published JSONL format."""
+    from sera.envs.textcraft.tasks import generate_tasks, load_split, write_tasks
+
+    if split not in ("train", "val"):
+        _fail(f"unknown split {split!r}; known: train, val")
+    tasks = generate_tasks(split) if generate else load_split(split)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_tasks(tasks, out)
+    Console().print(f"wrote {len(tasks)} {split} tasks to {out}")
+
+
+@app.command("play")
+def play_command(
+    task_id: Annotated[str, typer.Option("--task-id", help="Task to play.")],
+    env: Annotated[str, typer.Option(help="Environment.")] = "textcraft-synth",
+    split: Annotated[str, typer.Option(help="Task split.")] = "val",
+    out: Annotated[Path | None, typer.Option(help="Save the rollout tree here.")] = None,
+) -> None:
+    """Play a task yourself through the agent interface: type code cells, end each with an empty line."""
+    from sera.policy.human import HumanPolicy
+    from sera.runtime.rollout import run_rollout
+
+    spec = _env(env)
+    (task,) = _select(_tasks(spec, split, None), None, [task_id], None)
+    tree = asyncio.run(run_rollout(task, HumanPolicy(), spec.root_env(task)))
+    Console().print(f"\nsuccess: {tree.root_success}  agents: {len(tree.nodes)}")
+    if out is not None:
+        out.write_text(tree.to_json(indent=2))
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Environments the CLI and harness know by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sera.runtime.policy import Policy
+from sera.runtime.rollout import EnvFactory
+from sera.types import Task
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to get tasks, environments and the scripted expert of one environment."""
+
+    name: str
+    """Registry name."""
+    splits: tuple[str, ...]
+    """Published splits."""
+    load_split: Callable[[str], list[Task]]
+    """Tasks of a named split."""
+    load_file: Callable[[Path], list[Task]]
+    """Tasks from a file in the environment's published format."""
+    root_env: Callable[[Task], EnvFactory]
+    """The root agent's environment for a task."""
+    oracle: Callable[[], Policy]
+    """The scripted expert policy."""
+
+
+def _textcraft() -> EnvSpec:
+    from sera.envs.textcraft.env import root_env_factory
+    from sera.envs.textcraft.oracle import TextCraftOracle
+    from sera.envs.textcraft.recipes import default_recipe_book
+    from sera.envs.textcraft.tasks import load_split, load_tasks
+
+    return EnvSpec(
+        name="textcraft-synth",
+        splits=("train", "val"),
+        load_split=load_split,
+        load_file=load_tasks,
+        root_env=lambda task: root_env_factory(task, default_recipe_book()),
+        oracle=TextCraftOracle,
+    )
+
+
+_REGISTRY: dict[str, Callable[[], EnvSpec]] = {"textcraft-synth": _textcraft}
+
+
+def env_names() -> list[str]:
+    """Known environment names."""
+    return sorted(_REGISTRY)
+
+
+def get_env(name: str) -> EnvSpec:
+    """The spec of a named environment; a clear error lists the known names."""
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown environment {name!r}; known: {', '.join(env_names())}")
+    return _REGISTRY[name]()

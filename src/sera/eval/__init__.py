@@ -1,0 +1,1 @@
+"""Evaluation: run a policy over a task set, save every tree, summarise."""

@@ -1,0 +1,1 @@
+"""Policies: the scripted oracles live with their environments; model samplers live here."""
