@@ -1,0 +1,87 @@
+"""The `sera` command line: evaluation output, data files, playing by hand, and bad input."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sera.cli import app
+from sera.envs.textcraft.tasks import published_task_file
+from sera.types import RolloutTree
+
+runner = CliRunner()
+
+
+def test_eval_writes_trees_summary_and_a_table(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["eval", "--split", "val", "--limit", "3", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "overall" in result.output and "100.00%" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overall"] == {"tasks": 3, "successes": 3, "errors": 0, "success_rate": 1.0}
+    assert sum(g["tasks"] for g in summary["by_difficulty"].values()) == 3
+    assert summary["trees"]["mean_nodes"] >= 1 and summary["wall_time_s"] > 0
+    trees = sorted((out / "rollouts").glob("*.json"))
+    assert [p.stem for p in trees] == ["textcraft_synth.val.0", "textcraft_synth.val.1", "textcraft_synth.val.2"]
+    assert RolloutTree.from_json(trees[0].read_text()).root_success is True
+
+
+def test_eval_redoes_a_corrupt_tree_file(tmp_path):
+    out = tmp_path / "run"
+    runner.invoke(app, ["eval", "--limit", "1", "--out", str(out), "--no-progress"])
+    tree_file = out / "rollouts" / "textcraft_synth.val.0.json"
+    tree_file.write_text("{ truncated")
+    result = runner.invoke(app, ["eval", "--limit", "1", "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0 and "unreadable and will be redone" in result.output
+    assert RolloutTree.from_json(tree_file.read_text()).root_success is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "minecraft"], "unknown environment 'minecraft'; known: textcraft-synth"),
+        (["--split", "test"], "unknown split 'test' for textcraft-synth; known: train, val"),
+        (["--task-id", "textcraft_synth.val.99999"], "unknown task id(s): textcraft_synth.val.99999"),
+        (["--difficulty", "trivial"], "unknown difficulty 'trivial'"),
+        (["--policy", "gpt"], "unknown policy 'gpt'"),
+    ],
+)
+def test_eval_rejects_bad_arguments_with_a_clear_message(tmp_path, args, message):
+    result = runner.invoke(app, ["eval", "--out", str(tmp_path / "o"), "--no-progress", *args])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_eval_names_the_line_and_field_of_a_corrupt_task_file(tmp_path):
+    good = published_task_file("val").read_text().splitlines()[:2]
+    row = json.loads(good[1])
+    row["misc"]["target_items"] = {"m0_i1": -2}
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text(good[0] + "\n" + json.dumps(row) + "\n")
+    result = runner.invoke(app, ["eval", "--tasks-file", str(bad), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "tasks.jsonl line 2: field misc.target_items" in text
+
+
+def test_data_command_writes_the_published_file(tmp_path):
+    out = tmp_path / "val.jsonl"
+    result = runner.invoke(app, ["data", "textcraft", "--split", "val", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == published_task_file("val").read_bytes()
+
+
+def test_play_runs_a_task_from_typed_cells(tmp_path, monkeypatch):
+    row = json.loads(published_task_file("val").read_text().splitlines()[0])
+    (item, count), = row["misc"]["target_items"].items()
+    gold = row["misc"]["gold_trajectory"]
+    cells = [f"print(craft({s['ingredients']!r}, ({s['target'][0]!r}, {s['result_count']})))" for s in gold]
+    cells.append(f"finish('made {count}x {item}')")
+    typed = iter(line for cell in cells for line in (cell, ""))
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    out = tmp_path / "played.json"
+    result = runner.invoke(app, ["play", "--task-id", row["id"], "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "success: True" in result.output
+    tree = RolloutTree.from_json(out.read_text())
+    assert len(tree.root.steps) == len(cells) and tree.root.finish_message == f"made {count}x {item}"
