@@ -285,6 +285,8 @@ def test_loader_edge_cases(tmp_path: Path) -> None:
     _expect(bad_utf8, "line 2: not UTF-8 text")
     with pytest.raises(FileNotFoundError):
         load_tasks(tmp_path / "absent.jsonl")
+    sera_copy = _file(tmp_path, json.dumps({**_row("t.0"), "fork_strategy": "subtask"}))
+    assert [t.id for t in load_tasks(sera_copy)] == ["t.0"]  # SERA's copies carry platoon's key
 
 
 # -- (e) solver -------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ RECIPES = {
 
 def _solve(world: CraftingWorld, targets: dict[str, int], depth: int, max_depth: int = 3) -> int:
     """The oracle's decisions, run sequentially on the world; returns the agents used."""
-    delegated = ORACLE._choose_delegations(targets, RECIPES) if depth < max_depth else []
+    delegated = ORACLE.choose_delegations(targets, RECIPES) if depth < max_depth else []
     children, crafts = plan(targets, RECIPES, set(delegated))
     start = world.snapshot()
     agents = 1 + sum(_solve(world, {item: n}, depth + 1) for item, n in children.items())

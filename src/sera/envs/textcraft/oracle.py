@@ -74,7 +74,7 @@ class TextCraftOracle:
         recipes = parse_recipe_lines(seen)
         if can_delegate and LEVEL_DONE not in seen:
             return _explore(targets, skip=[], levels=2)
-        delegated = self._choose_delegations(targets, recipes) if can_delegate else []
+        delegated = self.choose_delegations(targets, recipes) if can_delegate else []
         if TREE_DONE not in seen:
             return _explore(targets, skip=delegated, levels=None)
         crafting_outputs = [o for o in outputs if INVENTORY_TAG in o]
@@ -117,7 +117,7 @@ class TextCraftOracle:
             thought = "Craft everything bottom-up from base materials."
         return _reply(thought, "\n".join(lines))
 
-    def _choose_delegations(self, targets: dict[str, int], recipes: Recipes) -> list[str]:
+    def choose_delegations(self, targets: dict[str, int], recipes: Recipes) -> list[str]:
         """The deepest direct ingredients worth a child, deepest first."""
         direct = {ing for item in targets if item in recipes for ing in recipes[item][2]}
         deep = [i for i in direct if i in recipes and recipes[i][0] >= self.config.min_delegate_depth]
