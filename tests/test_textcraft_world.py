@@ -29,7 +29,7 @@ def test_craft_consumes_exact_amounts_and_adds_the_total():
     world = _stocked(times=3)
     total = 2 * RECIPE.result_count
     ingredients = {name: qty * 2 for name, qty in RECIPE.ingredients.items()}
-    assert world.craft(ingredients, (ITEM, total)) == f"Successfully crafted {total} {ITEM}"
+    assert world.craft(ingredients, (ITEM, total)) == f"Successfully crafted {total} {ITEM}(s)"
     assert world.inventory[ITEM] == total
     for name, qty in RECIPE.ingredients.items():
         assert world.inventory[name] == qty

@@ -5,8 +5,10 @@ inventory (a flat `{item: count}` dict). Cloning copies that dict and nothing el
 fully independent and cost microseconds. Children of an agent share the *same* world object,
 so their crafts are immediately visible to the parent and to siblings.
 
-Tool results follow the reference environment (`reference/sera-spec.md` §3.1.3): errors are
-returned as strings starting with "Error:", never raised, so a model sees what went wrong.
+Tool results follow the reference environment (`reference/sera-spec.md` §3.1.3), with its
+wording for crafting outcomes (models trained on it read the same strings): errors are returned
+as strings starting with "Error:", never raised, so a model sees what went wrong. One addition:
+`get_info` marks unknown items with an `error` entry instead of reporting them as base-like.
 """
 
 from __future__ import annotations
@@ -88,8 +90,7 @@ class CraftingWorld:
         for recipe in recipes:
             if total % recipe.result_count != 0:
                 errors.append(
-                    f"Target count {total} is not divisible by the recipe's result count "
-                    f"{recipe.result_count} (this recipe makes {recipe.result_count} per craft)"
+                    f"Target count {total} is not divisible by recipe result count {recipe.result_count}"
                 )
                 continue
             crafts = total // recipe.result_count
@@ -113,7 +114,7 @@ class CraftingWorld:
                 else:
                     del self.inventory[name]
             self.inventory[item] = self.inventory.get(item, 0) + total
-            return f"Successfully crafted {total} {item}"
+            return f"Successfully crafted {total} {item}(s)"
         details = "\n".join(f"Recipe {i + 1}: {e}" for i, e in enumerate(errors))
         return f"Error: All {len(recipes)} recipe(s) failed for {item}. Errors:\n{details}"
 
@@ -138,7 +139,7 @@ def _ingredient_mismatch(needed: dict[str, int], provided: dict[str, int]) -> st
             return f"Missing required ingredient {name} (need {qty})"
         if provided[name] != qty:
             return f"Wrong amount of {name}. Need {qty}, provided {provided[name]}"
-    extra = sorted(set(provided) - set(needed))
+    extra = [name for name in provided if name not in needed]
     if extra:
         return "Extra ingredients not required: " + ", ".join(extra)
     return None
