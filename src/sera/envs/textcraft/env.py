@@ -80,7 +80,9 @@ class TextCraftAgentEnv:
                 memory_mb=self.limits.memory_mb,
                 max_output_chars=self.limits.max_output_chars,
             )
-            await self._session.run(PRELUDE)
+            prelude = await self._session.run(PRELUDE)
+            if prelude.error:  # a broken sandbox, not a model mistake: fail this agent loudly
+                raise RuntimeError(f"sandbox prelude failed: {prelude.error}")
         result = await self._session.run(action.body)
         self.handle.count("cells")
         cell_number = len(self.handle.node.steps) + 1
