@@ -66,20 +66,24 @@ async def evaluate(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("ok {task.fields[ok]}"), TimeElapsedColumn(), disable=not show_progress,
     ) as progress:
-        bar = progress.add_task(f"{env_name}/{split}", total=len(tasks), completed=len(trees),
-                                ok=sum(bool(t.root_success) for t in trees.values()))
+        solved = sum(bool(t.root_success) for t in trees.values())
+        bar = progress.add_task(f"{env_name}/{split}", total=len(tasks), completed=len(trees), ok=solved)
 
         async def one(task: Task) -> None:
+            nonlocal solved
+            error_file = out_dir / "rollouts" / f"{task.id}.error.txt"
             async with gate:
                 try:
                     tree = await run_rollout(task, policy, make_env(task), config)
                 except Exception:  # recorded, counted as a failure, never fatal to the run
-                    (out_dir / "rollouts" / f"{task.id}.error.txt").write_text(traceback.format_exc())
+                    error_file.write_text(traceback.format_exc())
                     progress.advance(bar)
                     return
-            tree_path(out_dir, task.id).write_text(tree.to_json())
+            _write_atomically(tree_path(out_dir, task.id), tree.to_json())
+            error_file.unlink(missing_ok=True)  # a failure from an earlier run is now stale
             trees[task.id] = tree
-            progress.update(bar, advance=1, ok=sum(bool(t.root_success) for t in trees.values()))
+            solved += bool(tree.root_success)
+            progress.update(bar, advance=1, ok=solved)
 
         await asyncio.gather(*(one(t) for t in todo))
 
@@ -89,3 +93,10 @@ async def evaluate(
     )
     (out_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
     return summary
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a killed run never leaves half a tree."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    partial.replace(path)
