@@ -15,7 +15,7 @@ from sera.agents import codeact
 from sera.envs.textcraft.prompts import goal_text, initial_messages
 from sera.envs.textcraft.recipes import RecipeBook
 from sera.envs.textcraft.verify import verify_crafted
-from sera.envs.textcraft.world import CraftingWorld
+from sera.envs.textcraft.world import CraftingWorld, is_positive_int
 from sera.runtime.agent_env import Outcome, Verdict
 from sera.runtime.rollout import EnvFactory, NodeHandle
 from sera.sandbox import SandboxSession
@@ -162,7 +162,7 @@ def _check_targets(targets: Any, recipes: RecipeBook) -> str | None:
     if not isinstance(targets, dict) or not targets:
         return f"targets must be a non-empty dict {{item: count}}, got {targets!r:.120}"
     for item, count in targets.items():
-        if not isinstance(item, str) or not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        if not isinstance(item, str) or not is_positive_int(count):
             return f"targets must map item names to positive ints, got {item!r}: {count!r}"
         if not recipes.knows(item):
             return f"unknown item {item!r}"

@@ -35,6 +35,7 @@ from typing import Any
 
 from sera.envs.textcraft.recipes import RecipeBook, default_recipe_book
 from sera.envs.textcraft.task_generator import DIFFICULTY_BANDS, ENV_NAME, gc_paused
+from sera.envs.textcraft.world import is_positive_int
 from sera.types import Task
 
 ROW_KEYS = ("goal", "id", "max_steps", "misc")
@@ -127,7 +128,7 @@ class _RowChecker:
         task_id = self.text(row, "id")
         goal = self.text(row, "goal")
         max_steps = row.get("max_steps")
-        if max_steps is not None and not _positive_int(max_steps):
+        if max_steps is not None and not is_positive_int(max_steps):
             raise self.fail("max_steps", f"expected a positive int or null, got {_show(max_steps)}")
         misc = row.get("misc")
         if not isinstance(misc, dict):
@@ -166,7 +167,7 @@ class _RowChecker:
             )
         for key in ("max_depth", "num_craft_steps"):
             value = misc.get(key)
-            if value is not None and not (_positive_int(value) or value == 0):
+            if value is not None and not (is_positive_int(value) or value == 0):
                 raise self.fail(f"misc.{key}", f"expected a non-negative int, got {_show(value)}")
         if "gold_trajectory" in misc:
             self.gold(misc["gold_trajectory"])
@@ -176,7 +177,7 @@ class _RowChecker:
         valid = (
             isinstance(value, dict)
             and (allow_empty or value)
-            and all(isinstance(item, str) and _positive_int(n) for item, n in value.items())
+            and all(isinstance(item, str) and is_positive_int(n) for item, n in value.items())
         )
         if not valid:
             shape = "an" if allow_empty else "a non-empty"
@@ -227,10 +228,6 @@ def _read_lines(path: Path) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last row; it does not start another
     return [line.removesuffix("\r") for line in lines]
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _got(container: dict[str, Any], key: str) -> str:

@@ -125,10 +125,10 @@ def _check_craft_args(ingredients: Any, target: Any) -> str | None:
     if not (isinstance(target, (tuple, list)) and len(target) == 2):
         return f"target must be a tuple (item, count), got {_show(target)}"
     item, count = target
-    if not isinstance(item, str) or not _positive_int(count):
+    if not isinstance(item, str) or not is_positive_int(count):
         return f"target must be (item name, positive int count), got {_show(target)}"
     for name, qty in ingredients.items():
-        if not isinstance(name, str) or not _positive_int(qty):
+        if not isinstance(name, str) or not is_positive_int(qty):
             return f"ingredient amounts must be positive ints keyed by item name, got {name!r}: {qty!r}"
     return None
 
@@ -145,7 +145,8 @@ def _ingredient_mismatch(needed: dict[str, int], provided: dict[str, int]) -> st
     return None
 
 
-def _positive_int(value: Any) -> bool:
+def is_positive_int(value: Any) -> bool:
+    """A count: an int (not a bool) above zero."""
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
