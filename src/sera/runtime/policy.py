@@ -27,6 +27,11 @@ class SamplingParams:
     """Stop sequences (not included in the returned text)."""
     seed: int | None = None
     """Sampling seed, when the backend supports one."""
+    max_prompt_tokens: int | None = None
+    """Prompt cap: longer prompts go through the context policy (`sera.policy.context`);
+    None keeps the prompt whole."""
+    logprobs: bool = True
+    """Ask for completion token ids and log-probabilities (training needs them)."""
 
 
 @dataclass(frozen=True)
@@ -55,4 +60,17 @@ class Policy(Protocol):
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         """Complete the conversation `messages`."""
+        ...
+
+
+@runtime_checkable
+class Sampler(Policy, Protocol):
+    """A model backend: a `Policy` that can also complete raw prompt token ids."""
+
+    async def complete_tokens(self, prompt_token_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Complete a prompt given as token ids (no chat template applied)."""
+        ...
+
+    async def close(self) -> None:
+        """Release workers, connections and models."""
         ...
