@@ -31,7 +31,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         summary = asyncio.run(evaluate(
-            tasks, spec.oracle(), spec.root_env, Path(out), env_name=spec.name, split=args.split,
+            tasks, spec.oracle(tasks), spec.root_env, Path(out), env_name=spec.name, split=args.split,
             policy_name="oracle", concurrency=args.concurrency, show_progress=False,
         ))
         wall = time.perf_counter() - start

@@ -17,7 +17,7 @@ def test_a_failed_rollout_is_recorded_counted_and_redone_on_rerun(tmp_path):
         return spec.root_env(task)
 
     def run(make_env):
-        return asyncio.run(evaluate(tasks, spec.oracle(), make_env, tmp_path, env_name=spec.name,
+        return asyncio.run(evaluate(tasks, spec.oracle(tasks), make_env, tmp_path, env_name=spec.name,
                                     split="val", policy_name="oracle", show_progress=False))
 
     first = run(broken_for_first)

@@ -83,7 +83,7 @@ def test_oracle_through_the_full_runtime(tmp_path):
     sample = [t for band in ("easy", "medium", "hard", "extreme") for t in [x for x in tasks if x.difficulty == band][:3]]
     spec = get_env("textcraft-synth")
     summary = asyncio.run(evaluate(
-        sample, spec.oracle(), spec.root_env, tmp_path, env_name=spec.name, split="val",
+        sample, spec.oracle(sample), spec.root_env, tmp_path, env_name=spec.name, split="val",
         policy_name="oracle", concurrency=6, show_progress=False,
     ))
     assert summary.overall.successes == len(sample) == 12
@@ -106,7 +106,7 @@ def test_oracle_through_the_full_runtime(tmp_path):
 
     # Resume: a second run over the same folder redoes nothing and reports the same.
     again = asyncio.run(evaluate(
-        sample, spec.oracle(), spec.root_env, tmp_path, env_name=spec.name, split="val",
+        sample, spec.oracle(sample), spec.root_env, tmp_path, env_name=spec.name, split="val",
         policy_name="oracle", config=RuntimeConfig(), show_progress=False,
     ))
     assert again.overall.successes == 12 and again.counters == summary.counters

@@ -86,7 +86,7 @@ def eval_command(
         _fail(f"unknown policy {policy!r}; available: oracle (model policies arrive with the policy backends)")
     summary = asyncio.run(
         evaluate(
-            tasks, spec.oracle(), spec.root_env, out,
+            tasks, spec.oracle(tasks), spec.root_env, out,
             env_name=spec.name, split=split if tasks_file is None else str(tasks_file), policy_name=policy,
             config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth),
             concurrency=concurrency, show_progress=progress,

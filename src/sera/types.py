@@ -67,6 +67,8 @@ class Action(Record):
     """The reasoning part of the reply, if the protocol has one."""
     body: str = ""
     """What is executed: the code of a cell, or the text action."""
+    tag: Literal["action", "delegate", "finish"] | None = None
+    """Text protocol only: which block the reply used."""
     parse_error: str | None = None
     """Why the reply could not be parsed (only for `invalid`)."""
 

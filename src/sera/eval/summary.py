@@ -53,6 +53,8 @@ class EvalSummary(Record):
     """All tasks."""
     by_difficulty: dict[str, GroupResult]
     """Per difficulty band."""
+    by_family: dict[str, GroupResult] = Field(default_factory=dict)
+    """Per task family (`misc["family"]`), for environments that have families."""
     trees: TreeStats
     """Tree statistics."""
     wall_time_s: float
@@ -73,6 +75,7 @@ def summarise(
         return GroupResult(tasks=len(members), successes=ok, errors=errors, success_rate=ok / len(members) if members else 0.0)
 
     bands = sorted({t.difficulty or "none" for t in tasks}, key=_band_key)
+    families = list(dict.fromkeys(_family(t) for t in tasks if _family(t) is not None))
     done = list(trees.values())
     counters: Counter[str] = Counter()
     for tree in done:
@@ -83,6 +86,7 @@ def summarise(
         policy=policy,
         overall=group(tasks),
         by_difficulty={b: group([t for t in tasks if (t.difficulty or "none") == b]) for b in bands},
+        by_family={f: group([t for t in tasks if _family(t) == f]) for f in families},
         trees=_tree_stats(done),
         wall_time_s=wall_time_s,
         mean_rollout_s=mean(t.wall_time_s for t in done) if done else 0.0,
@@ -106,3 +110,8 @@ def _tree_stats(trees: list[RolloutTree]) -> TreeStats:
 
 def _band_key(band: str) -> tuple[int, str]:
     return (DIFFICULTY_ORDER.index(band) if band in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER), band)
+
+
+def _family(task: Task) -> str | None:
+    family = task.misc.get("family")
+    return family if isinstance(family, str) else None

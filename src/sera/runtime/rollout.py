@@ -44,6 +44,8 @@ class ChildResult:
     """The child's budget of policy calls."""
     verified_success: bool | None
     """Programmatic check of the child's goal, when the environment has one."""
+    final_observation: str = ""
+    """The last observation the child received."""
 
 
 class NodeHandle:
@@ -75,9 +77,12 @@ class NodeHandle:
         """Add to one of the rollout's usage counters (tool calls, world clones, ...)."""
         self._rollout.count(name, n)
 
-    async def launch(self, goal: str, make_env: EnvFactory) -> ChildResult:
-        """Run a child agent on `goal` to completion; concurrent launches run concurrently."""
-        return await self._rollout.launch_child(self, goal, make_env)
+    async def launch(self, goal: str, make_env: EnvFactory, budget: int | None = None) -> ChildResult:
+        """Run a child agent on `goal` to completion; concurrent launches run concurrently.
+
+        `budget` (policy calls) is capped at the runtime's `max_calls_per_agent`.
+        """
+        return await self._rollout.launch_child(self, goal, make_env, budget)
 
 
 class Rollout:
@@ -110,14 +115,15 @@ class Rollout:
     def calls_made(self, node_id: str) -> int:
         return self._calls.get(node_id, 0)
 
-    def _new_node(self, goal: str, parent: AgentNode | None) -> AgentNode:
+    def _new_node(self, goal: str, parent: AgentNode | None, budget: int | None = None) -> AgentNode:
+        cap = self.config.max_calls_per_agent
         node = AgentNode(
             id=f"n{len(self._nodes)}",
             parent_id=parent.id if parent else None,
             fork_step=len(parent.steps) if parent else None,
             depth=parent.depth + 1 if parent else 0,
             goal=goal,
-            budget=self.config.max_calls_per_agent,
+            budget=cap if budget is None else max(1, min(budget, cap)),
         )
         self._nodes[node.id] = node
         self.count("agents")
@@ -150,13 +156,15 @@ class Rollout:
             counters=dict(self._counters),
         )
 
-    async def launch_child(self, parent: NodeHandle, goal: str, make_env: EnvFactory) -> ChildResult:
+    async def launch_child(
+        self, parent: NodeHandle, goal: str, make_env: EnvFactory, budget: int | None = None
+    ) -> ChildResult:
         if not parent.can_delegate:
             raise DelegationError(
                 f"cannot launch a subagent from depth {parent.depth}: the maximum delegation "
                 f"depth is {self.config.max_depth}; perform the task yourself"
             )
-        child = self._new_node(goal, parent.node)
+        child = self._new_node(goal, parent.node, budget)
         self._pending_children.setdefault(parent.node.id, []).append(child.id)
         # A task of its own: the child's failures and cancellation stay in the child's record.
         await asyncio.create_task(self._run_agent(child, make_env))
@@ -167,6 +175,7 @@ class Rollout:
             steps_used=len(child.steps),
             budget=child.budget,
             verified_success=child.verified_success,
+            final_observation=child.steps[-1].observation if child.steps else "",
         )
 
     async def _run_agent(self, node: AgentNode, make_env: EnvFactory) -> None:
