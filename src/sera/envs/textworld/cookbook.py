@@ -1,0 +1,43 @@
+"""The cookbook text (`read cookbook`): every dish, each ingredient's required preparation, and how
+each preparation is done. It is readable (the reference returned nothing, §11.1 item 9), because
+coarse (extreme) descriptions send the agent to it for the preparations.
+"""
+
+from __future__ import annotations
+
+from sera.envs.textworld.spec import IngredientSpec, SyncTaskSpec
+
+_CUT_VERB = {"chopped": "chop", "sliced": "slice", "diced": "dice", "minced": "mince"}
+_COOK_COMMAND = {"fried": "cook {} in stove", "roasted": "cook {} in oven", "grilled": "cook {} on grill"}
+
+HOW_TO = (
+    "How to prepare: cut with the knife ('chop', 'slice', 'dice' or 'mince <item>'; anywhere, while the item "
+    "is in the inventory); cook in the kitchen: fried = 'cook <item> in stove', roasted = 'cook <item> in oven', "
+    "grilled = 'cook <item> on grill'. An ingredient is ready, and goes to the counter by itself, as soon as it "
+    "is exactly as listed. Any other cut or cooking spoils it, and cooking it a second time burns it: "
+    "either fails the task. When all of a dish's ingredients are on the counter, 'prepare <dish>' then "
+    "'eat <dish>' in the kitchen."
+)
+"""The general instructions printed under the recipes."""
+
+
+def preparation_line(ing: IngredientSpec) -> str:
+    """`red apple: roasted, sliced (slice it, then cook it in the oven)`-style line."""
+    if not ing.requires_preparation:
+        return f"{ing.name}: raw, uncut (just fetch it)"
+    steps = []
+    if ing.cut != "uncut":
+        steps.append(f"'{_CUT_VERB[ing.cut]} {ing.name}'")
+    if ing.cook != "raw":
+        steps.append(f"'{_COOK_COMMAND[ing.cook].format(ing.name)}'" if ing.cook in _COOK_COMMAND else ing.cook)
+    return f"{ing.name}: {ing.cook}, {ing.cut} ({' and '.join(steps)})"
+
+
+def cookbook_text(spec: SyncTaskSpec) -> str:
+    """The full cookbook of a task."""
+    lines = ["The cookbook:"]
+    for dish in spec.dishes:
+        lines.append(f"{dish.dish_id}:")
+        lines += [f"- {preparation_line(ing)}" for ing in dish.ingredients]
+    lines.append(HOW_TO)
+    return "\n".join(lines)
