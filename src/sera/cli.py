@@ -113,6 +113,20 @@ def data_textcraft(
     Console().print(f"wrote {len(tasks)} {split} tasks to {out}")
 
 
+@data_app.command("textworld")
+def data_textworld(
+    split: Annotated[str, typer.Option(help="train, dev or test.")],
+    out: Annotated[Path, typer.Option(help="Output JSONL file (one task spec per line).")],
+) -> None:
+    """Generate the TextWorld-Sync task set of a split and write it as JSONL."""
+    from sera.envs.textworld.tasks import SPLITS, load_split_specs, write_tasks
+
+    if split not in SPLITS:
+        _fail(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    count = write_tasks(out, load_split_specs(split))
+    Console().print(f"wrote {count} {split} tasks to {out}")
+
+
 @app.command("play")
 def play_command(
     task_id: Annotated[str, typer.Option("--task-id", help="Task to play.")],

@@ -1,0 +1,127 @@
+"""TextWorld-Sync tasks: the splits, task files in any supported format, and lookup by id.
+
+- `load_split("train" | "dev" | "test")`: generated deterministically by `generator` (1,500 /
+  200 / 1,400 tasks, about a second each), memoised per process.
+- `load_tasks(path)`: our JSONL (`task_file`), the reference V9 JSONL or a V9 manifest
+  (`reference_v9`); the format is detected from the content, not the file name.
+- `write_tasks(path, specs)`: our JSONL, atomically.
+Every `Task` is `SyncTaskSpec.to_task()`; `SyncTaskSpec.from_task(task)` gives the spec back.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from sera.envs.textworld.generator import SPLITS, generate_split
+from sera.envs.textworld.reference_v9 import is_v9_manifest, is_v9_row, read_v9_jsonl, read_v9_manifest
+from sera.envs.textworld.spec import SyncTaskSpec
+from sera.envs.textworld.task_file import read_task_file, write_task_file
+from sera.types import Task
+
+__all__ = [
+    "SPLITS",
+    "TaskFormat",
+    "UnknownTaskError",
+    "detect_format",
+    "find_task",
+    "load_split",
+    "load_split_specs",
+    "load_task_specs",
+    "load_tasks",
+    "write_tasks",
+]
+
+TaskFormat = Literal["sera", "v9_jsonl", "v9_manifest"]
+
+
+class UnknownTaskError(KeyError):
+    """No task has the requested id."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+def load_split_specs(split: str) -> list[SyncTaskSpec]:
+    """The specs of a split (generated once per process)."""
+    return list(_split_specs(split))
+
+
+def load_split(split: str) -> list[Task]:
+    """The tasks of a split (generated once per process)."""
+    return list(_split_tasks(split))
+
+
+@functools.cache
+def _split_specs(split: str) -> tuple[SyncTaskSpec, ...]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    return tuple(generate_split(split))
+
+
+@functools.cache
+def _split_tasks(split: str) -> tuple[Task, ...]:
+    return tuple(spec.to_task() for spec in _split_specs(split))
+
+
+def detect_format(path: str | Path) -> TaskFormat:
+    """Which format a file holds, from its first row (or the whole file, for a manifest)."""
+    path = Path(path)
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    if not first:
+        raise ValueError(f"{path}: contains no tasks")
+    try:
+        head = json.loads(first)
+    except json.JSONDecodeError:
+        try:
+            head = json.loads(text)
+        except json.JSONDecodeError:
+            return "sera"  # unreadable first row: our strict reader reports the line's JSON error
+    if is_v9_manifest(head):
+        return "v9_manifest"
+    if is_v9_row(head):
+        return "v9_jsonl"
+    if isinstance(head, dict) and "task_id" in head:
+        return "sera"
+    raise ValueError(
+        f"{path}: not a TextWorld-Sync task file: expected our JSONL (rows with task_id, family, dishes, ...), "
+        "the reference V9 JSONL (rows with game 'cookingworld_multidish', task_family, dishes) "
+        "or a V9 manifest (an object with game_selection 'cookingworld_multidish' and tasks)"
+    )
+
+
+def load_task_specs(path: str | Path) -> list[SyncTaskSpec]:
+    """Specs from a file in any supported format."""
+    fmt = detect_format(path)
+    if fmt == "v9_manifest":
+        return read_v9_manifest(path)
+    if fmt == "v9_jsonl":
+        return read_v9_jsonl(path)
+    return read_task_file(path)
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Tasks from a file in any supported format."""
+    return [spec.to_task() for spec in load_task_specs(path)]
+
+
+def write_tasks(path: str | Path, specs: Iterable[SyncTaskSpec | Task]) -> int:
+    """Write our JSONL atomically; returns the number of tasks written."""
+    return write_task_file(path, specs)
+
+
+def find_task(split: str, task_id: str) -> Task:
+    """The task of a split with this id; `UnknownTaskError` suggests close ids."""
+    tasks = _split_tasks(split)
+    for task in tasks:
+        if task.id == task_id:
+            return task
+    ids = [t.id for t in tasks]
+    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(i) for i in close)}?" if close else ""
+    raise UnknownTaskError(f"no task with id {task_id!r} in split {split} ({len(ids)} tasks){hint}")
