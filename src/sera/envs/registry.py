@@ -25,8 +25,8 @@ class EnvSpec:
     """Tasks from a file in the environment's published format."""
     root_env: Callable[[Task], EnvFactory]
     """The root agent's environment for a task."""
-    oracle: Callable[[], Policy]
-    """The scripted expert policy."""
+    oracle: Callable[[list[Task]], Policy]
+    """The scripted expert policy for the given tasks (an oracle may know its tasks)."""
 
 
 def _textcraft() -> EnvSpec:
@@ -41,11 +41,26 @@ def _textcraft() -> EnvSpec:
         load_split=load_split,
         load_file=load_tasks,
         root_env=lambda task: root_env_factory(task, default_recipe_book()),
-        oracle=TextCraftOracle,
+        oracle=lambda tasks: TextCraftOracle(),
     )
 
 
-_REGISTRY: dict[str, Callable[[], EnvSpec]] = {"textcraft-synth": _textcraft}
+def _textworld() -> EnvSpec:
+    from sera.envs.textworld.env import root_env_factory
+    from sera.envs.textworld.oracle import TextWorldOracle
+    from sera.envs.textworld.tasks import load_split, load_tasks
+
+    return EnvSpec(
+        name="textworld-sync",
+        splits=("train", "dev", "test"),
+        load_split=load_split,
+        load_file=load_tasks,
+        root_env=root_env_factory,
+        oracle=TextWorldOracle,
+    )
+
+
+_REGISTRY: dict[str, Callable[[], EnvSpec]] = {"textcraft-synth": _textcraft, "textworld-sync": _textworld}
 
 
 def env_names() -> list[str]:

@@ -1,0 +1,168 @@
+"""One TextWorld-Sync agent's environment: the text protocol over the shared kitchen.
+
+All agents of a tree act on one `SyncWorld`; each agent is registered in it under its node id,
+with its own location (a child starts where its parent stands). `<action>` goes to the world
+under the world's lock, `<delegate>` launches children through the runtime (children of one
+block run concurrently), `<finish>` ends the agent. When the world is over (all dishes eaten,
+a dish ruined, or the shared budget spent) every agent stops at its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sera.agents import text_protocol
+from sera.envs.textworld.prompts import initial_messages, turn_footer
+from sera.envs.textworld.scorer import score
+from sera.envs.textworld.spec import SyncTaskSpec
+from sera.envs.textworld.subtask import check_subtask
+from sera.envs.textworld.world import SyncWorld
+from sera.runtime.agent_env import Outcome, Verdict
+from sera.runtime.rollout import ChildResult, EnvFactory, NodeHandle
+from sera.types import Action, Message, Task
+
+CHILD_BUDGET_CAP = 20
+"""A child's budget of steps is what its parent asked for, at most this (and the runtime's cap)."""
+CHILD_OBSERVATION_CHARS = 1200
+"""How much of a child's last observation its parent sees."""
+
+
+class TextWorldAgentEnv:
+    """The environment of one agent: its goal, the shared world, and its place in it."""
+
+    def __init__(self, handle: NodeHandle, world: SyncWorld, location: str | None = None) -> None:
+        self.handle = handle
+        self.world = world
+        self.agent_id = handle.node.id
+        world.add_agent(self.agent_id, location)
+        self._last_observation = ""
+
+    @property
+    def spec(self) -> SyncTaskSpec:
+        return self.world.spec
+
+    # -- AgentEnv ------------------------------------------------------------------------------
+
+    def initial_messages(self) -> list[Message]:
+        self._last_observation = self.world.observe(self.agent_id)
+        return initial_messages(
+            self.handle.node.goal,
+            self._last_observation,
+            agent_id=self.agent_id,
+            depth=self.handle.depth,
+            max_depth=self.handle.max_depth,
+            budget=self.handle.node.budget,
+            child_budget=CHILD_BUDGET_CAP,
+        )
+
+    def parse(self, reply: str) -> Action:
+        return text_protocol.parse_reply(reply)
+
+    async def execute(self, action: Action) -> Outcome:
+        step_number = len(self.handle.node.steps) + 1
+        if self.world.done:
+            return self._world_over(step_number)
+        if action.kind != "text":
+            body = (
+                f"Error: could not read your reply: {action.parse_error}.\n{text_protocol.FORMAT_HINT}\n"
+                "Nothing was done.\n\n" + await self.world.aobserve(self.agent_id)
+            )
+            return Outcome(observation=self._turn(step_number, body), error=action.parse_error)
+        if action.tag == "finish":
+            return Outcome(
+                observation=f"[Step {step_number}] Finished.",
+                finished=True,
+                finish_message=action.body,
+            )
+        if action.tag == "delegate":
+            return await self._delegate(step_number, action)
+        result = await self.world.astep(self.agent_id, action.body)
+        self.handle.count("world_actions")
+        text = result.observation if result.error is None else f"Error: {result.error}\n\n{result.observation}"
+        self._last_observation = result.observation
+        if result.done:
+            return self._world_over(step_number, text, error=result.error)
+        return Outcome(observation=self._turn(step_number, text), error=result.error)
+
+    def verify(self, finish_message: str | None) -> Verdict:
+        if self.handle.depth == 0:
+            report = score(self.world)
+            return Verdict(success=report.success, info={"kind": "root", "score": report.model_dump(mode="json")})
+        check = check_subtask(self.handle.node.goal, self.spec, self.world)
+        info = {"kind": "subtask", "covered": check.covered, "targets": check.targets, "detail": check.detail}
+        return Verdict(success=check.success if check.covered else None, info=info)
+
+    async def close(self) -> None:
+        return None
+
+    # -- delegation ----------------------------------------------------------------------------
+
+    async def _delegate(self, step_number: int, action: Action) -> Outcome:
+        goals = text_protocol.parse_delegations(action.body)
+        if not self.handle.can_delegate:
+            problem = (
+                f"you are at delegation depth {self.handle.depth}, the maximum ({self.handle.max_depth}); "
+                "no subagent was launched. Do the work yourself."
+            )
+            body = f"Error: {problem}\n\n" + await self.world.aobserve(self.agent_id)
+            return Outcome(observation=self._turn(step_number, body), error=problem)
+        world, here = self.world, self.world.location(self.agent_id)
+
+        def make_child(handle: NodeHandle) -> TextWorldAgentEnv:
+            return TextWorldAgentEnv(handle, world, here)
+
+        results = await asyncio.gather(
+            *(
+                self.handle.launch(g.goal, make_child, budget=min(g.max_steps or CHILD_BUDGET_CAP, CHILD_BUDGET_CAP))
+                for g in goals
+            )
+        )
+        lines = ["[SubAgent Results]"]
+        for i, result in enumerate(results, 1):
+            lines.append(self._child_report(i, result))
+        current = await self.world.aobserve(self.agent_id)
+        self._last_observation = current
+        text = "\n".join(lines) + "\n\n[Current Environment Observation]\n" + current
+        if self.world.done:
+            return self._world_over(step_number, text)
+        return Outcome(observation=self._turn(step_number, text))
+
+    def _child_report(self, index: int, result: ChildResult) -> str:
+        success = "unknown" if result.verified_success is None else str(result.verified_success).lower()
+        last = result.final_observation
+        text = result.finish_message if result.finish_message is not None else f"(no finish) {result.error or ''}"
+        return (
+            f"- SubAgent {index} ({result.node_id}): finished={result.finish_message is not None}, "
+            f"goal check={success}, steps used {result.steps_used}/{result.budget}\n"
+            f"  result: {text.strip()}\n"
+            f"  final observation: {last[:CHILD_OBSERVATION_CHARS].strip()}"
+        )
+
+    # -- observations --------------------------------------------------------------------------
+
+    def _turn(self, step_number: int, body: str) -> str:
+        footer = turn_footer(step_number, self.handle.node.budget, self.handle.can_delegate)
+        return f"[Step {step_number} Observation]\n{body}\n\n{footer}"
+
+    def _world_over(self, step_number: int, body: str = "", error: str | None = None) -> Outcome:
+        if self.world.success:
+            status = "The world is done: every dish was prepared and eaten. Task success."
+        elif self.world.failure:
+            status = f"The world is done: task failure ({self.world.failure})."
+        else:
+            status = "The world is done: the shared budget of actions is spent."
+        text = f"[Step {step_number} Observation]\n{body}\n\n{status}".replace("\n\n\n", "\n\n")
+        return Outcome(observation=text, error=error, finished=True, finish_message=None)
+
+
+def root_env_factory(task: Task) -> EnvFactory:
+    """The root agent's environment for a TextWorld-Sync task (a fresh world per rollout)."""
+    spec = SyncTaskSpec.from_task(task)
+
+    def make_root(handle: NodeHandle) -> TextWorldAgentEnv:
+        return TextWorldAgentEnv(handle, SyncWorld(spec))
+
+    return make_root
+
+
+__all__ = ["CHILD_BUDGET_CAP", "TextWorldAgentEnv", "root_env_factory"]

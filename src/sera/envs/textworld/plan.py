@@ -1,0 +1,145 @@
+"""The oracle's plan of a TextWorld-Sync task: who takes which of the reference actions.
+
+The actions are the generator's reference plan (`generator.door_actions` and `plan_dish`), whose
+length sets every task's shared budget, so the oracle uses exactly the budgeted actions. This
+module only assigns them to agents: the root opens the door, then one child per dish. A dish
+whose actions do not fit one agent's budget of steps is cut into parts at *safe points* (the
+agent is in the kitchen, holds no exclusive tool and no half-prepared ingredient); the dish's
+child delegates every part but the last to a grandchild, one after another, then does the last
+part itself (which prepares and eats the dish). Cutting at safe points adds no action.
+
+Dishes run concurrently only when nothing can make concurrent agents block one another (no
+cooldowns, no exclusive tools, no shared inventory capacity); otherwise one after another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sera.envs.textworld.generator import door_actions, plan_dish
+from sera.envs.textworld.spec import SyncTaskSpec
+
+AGENT_STEPS = 20
+"""Steps (replies) of every agent of the plan: its actions, delegations and the finish reply."""
+
+
+class PlanError(ValueError):
+    """A dish whose actions cannot be divided among agents of `AGENT_STEPS` steps."""
+
+
+@dataclass(frozen=True)
+class DishPlan:
+    """How one dish is done."""
+
+    dish_id: str
+    """The dish."""
+    parts: list[list[str]]
+    """Consecutive slices of the dish's reference actions; one agent does each part."""
+
+    @property
+    def action_count(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """How a whole task is done."""
+
+    root_actions: list[str]
+    """World commands the root takes before delegating (opening the door)."""
+    dishes: list[DishPlan]
+    """One plan per dish, in dish order."""
+    concurrent: bool
+    """Whether the dishes' agents run at the same time."""
+
+    @property
+    def action_count(self) -> int:
+        return len(self.root_actions) + sum(d.action_count for d in self.dishes)
+
+
+def plan_task(spec: SyncTaskSpec) -> TaskPlan:
+    """The oracle's plan of `spec`; PlanError if a dish cannot be divided among agents."""
+    exclusive = any(t.exclusive for t in spec.tools)
+    cooldown = max(t.cooldown_steps for t in spec.tools)
+    concurrent = cooldown == 0 and not exclusive and spec.shared_inventory_capacity is None
+    dishes = [DishPlan(d.dish_id, _split(spec, d.dish_id, plan_dish(spec, d.dish_id))) for d in spec.dishes]
+    return TaskPlan(door_actions(spec), dishes, concurrent)
+
+
+def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[str]]:
+    """Fewest parts that fit: every part but the last ends at a safe point.
+
+    Preferably where the agent holds no exclusive tool; otherwise (conflict family) at a point
+    where it does, handing the tool over: the part ends by returning it and the next part starts
+    by taking it again (two extra actions per tool, counted in the plan's length).
+    """
+    if len(actions) + 1 <= AGENT_STEPS:
+        return [actions]
+    points = _safe_points(spec, actions)
+    parts: list[list[str]] = []
+    start, carried = 0, frozenset[str]()
+    while True:
+        pickup = [_TAKE[t] for t in sorted(carried)]
+        # The dish's own agent: one delegation per earlier part, its actions, one finish reply.
+        if len(parts) + len(pickup) + (len(actions) - start) + 1 <= AGENT_STEPS:
+            return parts + [pickup + actions[start:]]
+        fitting = [
+            (end, held)
+            for end, held in points
+            if start < end and len(pickup) + (end - start) + len(held) + 1 <= AGENT_STEPS
+        ]
+        if not fitting:
+            raise PlanError(
+                f"task {spec.task_id}, {dish_id}: no way to divide {len(actions)} actions among agents of "
+                f"{AGENT_STEPS} steps"
+            )
+        # The furthest end; among equals, one that needs no tool handover.
+        end, held = max(fitting, key=lambda p: (p[0], -len(p[1])))
+        parts.append(pickup + actions[start:end] + [_RETURN[t] for t in sorted(held)])
+        start, carried = end, held
+
+
+_TAKE = {"knife": "take knife", "stove": "claim stove", "oven": "claim oven", "grill": "claim grill"}
+_RETURN = {"knife": "put knife", "stove": "release stove", "oven": "release oven", "grill": "release grill"}
+
+
+def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, frozenset[str]]]:
+    """(i, tools held) such that after `actions[:i]` the agent is in the kitchen with no
+    half-prepared ingredient, so another agent can go on from there."""
+    here, tools, waiting = "kitchen", set(), set()
+    points = []
+    for i, action in enumerate(actions, 1):
+        verb, _, rest = action.partition(" ")
+        if verb == "go" and rest.startswith("to "):
+            here = rest[3:]
+        elif verb in ("take", "claim") and rest in _TAKE:
+            tools.add(rest)
+        elif verb in ("put", "release"):
+            tools.discard(rest)
+        elif verb == "take":
+            if spec.ingredient(rest).requires_preparation:
+                waiting.add(rest)
+        else:
+            name = _object_of(action)
+            if name in waiting and _is_last_step(spec, name, action):
+                waiting.discard(name)
+        if here == "kitchen" and not waiting and i < len(actions):
+            points.append((i, frozenset(tools)))
+    return points
+
+
+def _object_of(action: str) -> str | None:
+    verb, _, rest = action.partition(" ")
+    if verb == "cook":
+        for suffix in (" in stove", " in oven", " on grill"):
+            if rest.endswith(suffix):
+                return rest[: -len(suffix)]
+    if verb in ("chop", "slice", "dice", "mince"):
+        return rest
+    return None
+
+
+def _is_last_step(spec: SyncTaskSpec, name: str, action: str) -> bool:
+    """Whether `action` completes the ingredient's preparation (the cook, or a cut-only item's cut)."""
+    item = spec.ingredient(name)
+    return action.startswith("cook ") or item.cook == "raw"

@@ -1,0 +1,84 @@
+"""Prompts of TextWorld-Sync agents (our wording; intent as sera-spec §2.4).
+
+One builder serves training and evaluation alike (the reference's two builders disagree, §11.1
+item 6): both show the agent's budget and the delegation rules, so a policy is trained on the
+prompts it is evaluated with.
+"""
+
+from __future__ import annotations
+
+from sera.types import Message
+
+_SYSTEM = """\
+You are agent {agent_id} at delegation depth {depth} in a shared cooking world. Several agents \
+act in the same kitchen at the same time: the inventory, the counter, the tools, the door and \
+the world's budget of actions are shared; each agent has its own location and its own history.
+
+How to act:
+- Issue one command at a time. Use only commands from the "Valid Actions" list you are shown; \
+anything else is refused and still costs one of the world's shared actions.
+- Looking around, checking the inventory and reading the cookbook are free: they cost none of \
+the world's shared actions (they do use one of your own steps).
+- Prepare every ingredient exactly as required: a wrong cut or cooking, or cooking something \
+twice (it burns), ruins the dish and fails the task.
+- Do not invent state: rely on what the observations say.
+{delegation}
+Reply with exactly one block:
+- <action>command</action> to act in the world,
+{delegate_option}- <finish>message</finish> when your goal is done (or cannot be done); your \
+message is what your parent receives, so say what you did and what is left.
+Your success is checked in the world, not by reading your message."""
+
+_DELEGATION = """
+Delegation (you may delegate; maximum depth {max_depth}, you are at depth {depth}):
+- Split independent work (e.g. one dish per subagent) and delegate it with
+  <delegate>{{"goal": "Prepare and eat dish_2: ..."}}</delegate>, or several at once with
+  <delegate>{{"delegations": [{{"goal": "..."}}, {{"goal": "..."}}]}}</delegate>.
+  Subagents launched together act at the same time on the shared world.
+- Write goals a subagent can act on without your history: name the dish id and each ingredient
+  with its required preparation. Each subagent has at most {child_budget} steps of its own; its
+  steps do not use yours. You will see each subagent's result and your current observation.
+- Watch for shared limits (inventory capacity, one-at-a-time tools): subagents working at the
+  same time may block each other.
+"""
+
+_NO_DELEGATION = """
+You are at the maximum delegation depth ({max_depth}): do the work yourself.
+"""
+
+
+def system_prompt(agent_id: str, depth: int, max_depth: int, child_budget: int) -> str:
+    """The system message of one agent."""
+    can_delegate = depth < max_depth
+    delegation = (_DELEGATION if can_delegate else _NO_DELEGATION).format(
+        max_depth=max_depth, depth=depth, child_budget=child_budget
+    )
+    delegate_option = (
+        '- <delegate>{"goal": "..."}</delegate> to launch subagents,\n' if can_delegate else ""
+    )
+    return _SYSTEM.format(
+        agent_id=agent_id, depth=depth, delegation=delegation, delegate_option=delegate_option
+    )
+
+
+def initial_messages(
+    goal: str, observation: str, *, agent_id: str, depth: int, max_depth: int, budget: int, child_budget: int
+) -> list[Message]:
+    """System prompt and first user message of one agent."""
+    user = (
+        f"# Task\n{goal}\n\nBudget: you have {budget} steps (replies) of your own.\n\n"
+        f"# Initial Observation\n{observation}\n\n"
+        "Now provide your first action"
+        + (" or delegation." if depth < max_depth else ".")
+    )
+    return [
+        Message(role="system", content=system_prompt(agent_id, depth, max_depth, child_budget)),
+        Message(role="user", content=user),
+    ]
+
+
+def turn_footer(steps_used: int, budget: int, can_delegate: bool) -> str:
+    """The end of every observation message: the agent's own budget and what to do next."""
+    left = budget - steps_used
+    ask = "Provide your next action or delegation." if can_delegate else "Provide your next action."
+    return f"Budget used by you: {steps_used}/{budget} steps ({left} left).\n{ask}"

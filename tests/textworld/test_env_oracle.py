@@ -1,0 +1,120 @@
+"""TextWorld-Sync through the runtime: the agent environment, delegation, and the oracle."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from sera.envs.textworld.env import root_env_factory
+from sera.envs.textworld.oracle import TextWorldOracle
+from sera.envs.textworld.plan import plan_task
+from sera.envs.textworld.spec import DIFFICULTIES, FAMILIES, SyncTaskSpec
+from sera.envs.textworld.tasks import load_split
+from sera.runtime.config import RuntimeConfig
+from sera.runtime.policy import Completion, SamplingParams
+from sera.runtime.rollout import run_rollout
+from sera.types import Message, Task
+
+
+class ScriptedPolicy:
+    """Replies from a script per goal prefix, in order; `<finish>` when a script runs out."""
+
+    def __init__(self, scripts: dict[str, list[str]]) -> None:
+        self.scripts = scripts
+
+    async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
+        first = messages[1].content
+        turn = sum(m.role == "assistant" for m in messages)
+        for prefix, replies in self.scripts.items():
+            if first.startswith(f"# Task\n{prefix}"):
+                return Completion(text=replies[turn] if turn < len(replies) else "<finish>out of script</finish>")
+        raise AssertionError(f"no script for {first[:80]!r}")
+
+
+def _task(spec: SyncTaskSpec) -> Task:
+    return spec.to_task()
+
+
+def _run(task: Task, policy, **config) -> object:
+    return asyncio.run(run_rollout(task, policy, root_env_factory(task), RuntimeConfig(**config)))
+
+
+def test_oracle_solves_every_family_and_difficulty_within_the_shared_budget():
+    tasks = load_split("test")
+    sample = [next(t for t in tasks if t.misc["family"] == f and t.difficulty == d) for f in FAMILIES for d in DIFFICULTIES]
+    oracle = TextWorldOracle(sample)
+    for task in sample:
+        tree = asyncio.run(run_rollout(task, oracle, root_env_factory(task)))
+        spec = SyncTaskSpec.from_task(task)
+        assert tree.root_success, task.id
+        assert tree.counters["world_actions"] <= spec.shared_budget, task.id
+        assert tree.counters["world_actions"] == plan_task(spec).action_count, task.id
+        assert len(tree.root.steps) <= 20 and all(len(n.steps) <= n.budget for n in tree.nodes.values())
+        # Every dish was delegated, and each dish's agent passed its programmatic goal check.
+        dish_agents = tree.children(tree.root_id)
+        assert len(dish_agents) == len(spec.dishes)
+        assert all(n.verified_success for n in dish_agents), task.id
+
+
+def test_invalid_reply_costs_no_shared_step_and_says_why(make_spec):
+    task = _task(make_spec())
+    tree = _run(task, ScriptedPolicy({"Prepare": ["<action>go to pantry", "<action>x</action><finish>y</finish>"]}))
+    step = tree.root.steps[1]
+    assert step.action.kind == "invalid" and "2 blocks" in step.observation and "Nothing was done" in step.observation
+    # Only the first (accepted) action reached the world.
+    assert tree.counters["world_actions"] == 1
+
+
+def test_parent_sees_child_results_and_child_budget_is_capped(make_spec):
+    task = _task(make_spec())
+    delegate = {"delegations": [{"goal": "Fetch the water for dish_1", "max_steps": 50},
+                                {"goal": "Slice nothing", "max_steps": 2}]}
+    policy = ScriptedPolicy({
+        "Prepare": [f"<delegate>{json.dumps(delegate)}</delegate>", "<finish>done</finish>"],
+        "Fetch the water": ["<action>go to pantry</action>", "<action>take water</action>", "<finish>water is ready</finish>"],
+        "Slice nothing": ["<action>look around</action>"] * 3,
+    })
+    tree = _run(task, policy)
+    children = {n.goal: n for n in tree.children(tree.root_id)}
+    assert children["Fetch the water for dish_1"].budget == 20
+    assert children["Slice nothing"].budget == 2 and children["Slice nothing"].error  # ran out of steps
+    report = tree.root.steps[0].observation
+    assert "[SubAgent Results]" in report and "result: water is ready" in report
+    assert "goal check=true" in report  # the water is ready on the counter: a recognised, verified goal
+    assert "steps used 3/20" in report and "[Current Environment Observation]" in report
+    assert children["Fetch the water for dish_1"].verified_success is True
+    assert children["Slice nothing"].verified_success is None  # no dish or ingredient named: not covered
+
+
+def test_delegation_beyond_the_maximum_depth_is_refused_with_a_message(make_spec):
+    task = _task(make_spec())
+    policy = ScriptedPolicy({"Prepare": ['<delegate>{"goal": "do it"}</delegate>']})
+    tree = _run(task, policy, max_depth=0, max_calls_per_agent=1)
+    step = tree.root.steps[0]
+    assert len(tree.nodes) == 1
+    assert "maximum (0)" in step.observation and step.error
+
+
+def test_a_finished_world_stops_every_agent(make_spec):
+    task = _task(make_spec(budget=2))
+    policy = ScriptedPolicy({"Prepare": ["<action>go to pantry</action>", "<action>go to kitchen</action>",
+                                         "<action>go to garden</action>"]})
+    tree = _run(task, policy)
+    assert len(tree.root.steps) == 2
+    assert "shared budget of actions is spent" in tree.root.steps[-1].observation
+    assert tree.root_success is False
+
+
+@pytest.mark.parametrize("family", ["fork_join", "resource_constrained", "conflict"])
+def test_oracle_runs_dishes_concurrently_only_when_nothing_can_block(family):
+    task = next(t for t in load_split("test") if t.misc["family"] == family and t.difficulty == "medium")
+    spec = SyncTaskSpec.from_task(task)
+    tree = asyncio.run(run_rollout(task, TextWorldOracle([task]), root_env_factory(task)))
+    assert tree.root_success
+    dish_events = [e for e in tree.delegation_events() if e.parent_id == tree.root_id]
+    expected = 1 if plan_task(spec).concurrent else len(spec.dishes)
+    assert len(dish_events) == expected
+    if family == "fork_join" and spec.tools[0].cooldown_steps == 0:
+        assert expected == 1
