@@ -30,6 +30,8 @@ bench: setup
 	$(PY) benchmarks/textcraft_world.py
 	$(PY) benchmarks/runtime_oracle.py
 	$(PY) benchmarks/sandbox_overhead.py
+	$(PY) benchmarks/textworld_world.py
+	$(PY) benchmarks/textworld_oracle.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
