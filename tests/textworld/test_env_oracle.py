@@ -84,6 +84,7 @@ def test_parent_sees_child_results_and_child_budget_is_capped(make_spec):
     assert "[SubAgent Results]" in report and "result: water is ready" in report
     assert "goal check=true" in report  # the water is ready on the counter: a recognised, verified goal
     assert "steps used 3/20" in report and "[Current Environment Observation]" in report
+    assert "50 steps were requested; a subagent has at most 20" in report
     assert children["Fetch the water for dish_1"].verified_success is True
     assert children["Slice nothing"].verified_success is None  # no dish or ingredient named: not covered
 

@@ -118,8 +118,10 @@ class TextWorldAgentEnv:
             )
         )
         lines = ["[SubAgent Results]"]
-        for i, result in enumerate(results, 1):
+        for i, (goal, result) in enumerate(zip(goals, results), 1):
             lines.append(self._child_report(i, result))
+            if goal.max_steps is not None and goal.max_steps > result.budget:
+                lines.append(f"  note: {goal.max_steps} steps were requested; a subagent has at most {result.budget}")
         current = await self.world.aobserve(self.agent_id)
         self._last_observation = current
         text = "\n".join(lines) + "\n\n[Current Environment Observation]\n" + current
