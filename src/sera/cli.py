@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -64,7 +65,13 @@ def eval_command(
     out: Annotated[Path, typer.Option(help="Output folder: rollouts/*.json and summary.json.")],
     env: Annotated[str, typer.Option(help=f"Environment: {', '.join(env_names())}.")] = "textcraft-synth",
     split: Annotated[str, typer.Option(help="Task split.")] = "val",
-    policy: Annotated[str, typer.Option(help="Policy: 'oracle'.")] = "oracle",
+    policy: Annotated[str, typer.Option(help="Policy: oracle, hf (in-process transformers) or openai (a server).")] = "oracle",
+    model: Annotated[str | None, typer.Option(help="hf: model name or path (default: the embedded smollm2); openai: served model name.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="openai: server URL, e.g. http://127.0.0.1:8000/v1.")] = None,
+    device: Annotated[str, typer.Option(help="hf: cpu or cuda.")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="hf: float32 or bfloat16.")] = "float32",
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default: the environment's, 0).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Completion tokens per call (default: the environment's).")] = None,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N tasks.")] = None,
     difficulty: Annotated[str | None, typer.Option(help="Only this difficulty band.")] = None,
     task_id: Annotated[list[str] | None, typer.Option("--task-id", help="Only these task ids (repeatable).")] = None,
@@ -82,13 +89,27 @@ def eval_command(
     tasks = _select(_tasks(spec, split, tasks_file), difficulty, task_id, limit)
     if not tasks:
         _fail("no task selected")
-    if policy != "oracle":
-        _fail(f"unknown policy {policy!r}; available: oracle (model policies arrive with the policy backends)")
+    from sera.policy.factory import PolicyRequest, build_policy, fit_sampling
+
+    try:
+        agent_policy, policy_name = build_policy(
+            PolicyRequest(kind=policy, model=model, base_url=base_url, device=device, dtype=dtype), spec.oracle, tasks
+        )
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+        raise
+    sampling = fit_sampling(spec.sampling, agent_policy)
+    if temperature is not None or max_tokens is not None:
+        sampling = replace(
+            sampling,
+            temperature=sampling.temperature if temperature is None else temperature,
+            max_tokens=sampling.max_tokens if max_tokens is None else max_tokens,
+        )
     summary = asyncio.run(
         evaluate(
-            tasks, spec.oracle(tasks), spec.root_env, out,
-            env_name=spec.name, split=split if tasks_file is None else str(tasks_file), policy_name=policy,
-            config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth),
+            tasks, agent_policy, spec.root_env, out,
+            env_name=spec.name, split=split if tasks_file is None else str(tasks_file), policy_name=policy_name,
+            config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling),
             concurrency=concurrency, show_progress=progress,
         )
     )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sera.runtime.policy import Policy
+from sera.runtime.policy import Policy, SamplingParams
 from sera.runtime.rollout import EnvFactory
 from sera.types import Task
 
@@ -27,9 +27,12 @@ class EnvSpec:
     """The root agent's environment for a task."""
     oracle: Callable[[list[Task]], Policy]
     """The scripted expert policy for the given tasks (an oracle may know its tasks)."""
+    sampling: SamplingParams
+    """Evaluation sampling of model policies (the paper's settings: greedy, caps, stops)."""
 
 
 def _textcraft() -> EnvSpec:
+    from sera.agents.codeact import STOP
     from sera.envs.textcraft.env import root_env_factory
     from sera.envs.textcraft.oracle import TextCraftOracle
     from sera.envs.textcraft.recipes import default_recipe_book
@@ -42,10 +45,12 @@ def _textcraft() -> EnvSpec:
         load_file=load_tasks,
         root_env=lambda task: root_env_factory(task, default_recipe_book()),
         oracle=lambda tasks: TextCraftOracle(),
+        sampling=SamplingParams(temperature=0.0, max_tokens=512, stop=(STOP,), max_prompt_tokens=9728),
     )
 
 
 def _textworld() -> EnvSpec:
+    from sera.agents.text_protocol import STOPS
     from sera.envs.textworld.env import root_env_factory
     from sera.envs.textworld.oracle import TextWorldOracle
     from sera.envs.textworld.tasks import load_split, load_tasks
@@ -57,6 +62,8 @@ def _textworld() -> EnvSpec:
         load_file=load_tasks,
         root_env=root_env_factory,
         oracle=TextWorldOracle,
+        # Stopping on a closing tag saves tokens; the parser accepts the unclosed final block.
+        sampling=SamplingParams(temperature=0.0, max_tokens=3072, stop=STOPS, max_prompt_tokens=10240),
     )
 
 
