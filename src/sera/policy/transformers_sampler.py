@@ -1,0 +1,247 @@
+"""The in-process sampler: a transformers causal LM behind the `Sampler` protocol.
+
+Concurrent calls are batched dynamically (`sera.policy.batching`): a worker thread prefills
+each prompt once and then decodes one token per step for all live rows from a left-padded KV
+cache with explicit position ids (`sera.policy.decoding`); a finished sequence leaves the batch
+at once.
+
+What a `Completion` holds, exactly:
+
+- `token_ids`: every token the model generated, in order. A sequence ended by EOS includes the
+  EOS token (the learner must see the model choose to stop). A sequence ended by a stop string
+  includes the token that completed the stop string (and any characters that token carries
+  past it); nothing after it is generated. So `token_ids` are what the model sampled, while
+  `text` is what the agent sees.
+- `text`: the completion decoded without special tokens, cut just before the first occurrence
+  of any stop string (the stop string itself is excluded). With EOS, the text excludes EOS.
+  An immediate EOS gives `text == ""`, `token_ids == [eos]`, finish reason `stop`.
+- `logprobs`: for each token of `token_ids`, `log_softmax(logits)` of the model's raw logits at
+  temperature 1 without top-p: the quantity the learner recomputes (`sera.policy.logprobs`)
+  for the CISPO importance ratio, *not* the probability under the sampling distribution
+  (which differs when temperature != 1 or top_p < 1).
+- `finish_reason`: `stop` (EOS or a stop string) or `length` (`max_tokens` reached).
+- `prompt_token_ids`: always; `prompt_messages`: the messages kept when the context policy
+  changed the prompt (see `_fit_prompt`).
+
+Sampling with a `seed` uses a per-request generator, so a seeded call returns the same tokens
+whatever else shares its batch (up to float rounding of padded batches, which matters only on
+exact ties).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sera.policy.batching import BatchRecord, BatchScheduler
+from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention, decode_batch
+from sera.policy.context import HEAD_MESSAGES, drop_oldest_turns, keep_head_and_tail
+from sera.policy.errors import SamplerError
+from sera.runtime.policy import Completion, SamplingParams
+from sera.types import Message, Usage
+
+
+class TransformersSampler:
+    """A `Sampler` that runs a transformers model in this process with dynamic batching."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 32,
+        max_batch_tokens: int | None = None,
+        device: str | torch.device | None = None,
+    ) -> None:
+        """`model` is any full-attention transformers causal LM. `max_batch_tokens` caps the KV
+        cache of a batch, counted as rows x (longest prompt + largest max_tokens) because rows
+        are padded to the longest (None: no cap; one request always runs). `device` defaults to
+        the model's own device (a given device moves the model there). Torch threads stay as
+        the caller set them."""
+        if tokenizer.chat_template is None:
+            raise ValueError("the tokenizer has no chat template; TransformersSampler needs one")
+        self.model = model.eval()
+        if device is not None:
+            self.model.to(device)
+        self.device = next(self.model.parameters()).device
+        check_full_attention(self.model)
+        self.tokenizer = tokenizer
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.max_positions: int | None = getattr(model.config, "max_position_embeddings", None)
+        self._scheduler: BatchScheduler[DecodeJob] = BatchScheduler(
+            lambda requests: decode_batch(
+                self.model, self.tokenizer, requests, device=self.device, eos_ids=self.eos_ids
+            ),
+            max_batch_size=max_batch_size,
+            fits=None if max_batch_tokens is None else lambda jobs: _padded_tokens(jobs) <= max_batch_tokens,
+        )
+
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str = "smollm2",
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        max_batch_size: int = 32,
+        max_batch_tokens: int | None = None,
+    ) -> TransformersSampler:
+        """Load a model with `sera.policy.models.load_model` (default: the embedded SmolLM2)."""
+        from sera.policy.models import load_model
+
+        model, tokenizer = load_model(name_or_path, dtype=dtype, device=device)
+        return cls(model, tokenizer, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
+
+    @property
+    def batch_records(self) -> list[BatchRecord]:
+        """One record per batch run so far (sizes, prompt lengths, live rows per step)."""
+        return list(self._scheduler.records)
+
+    async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
+        """Complete a chat: template with a generation prompt, context policy, then decode."""
+        if not messages:
+            raise SamplerError("invalid_request", "no messages to complete")
+        prompt_ids, kept = self._fit_prompt(list(messages), sampling.max_prompt_tokens)
+        return await self._complete(prompt_ids, sampling, prompt_messages=kept)
+
+    async def complete_tokens(self, prompt_token_ids: list[int], sampling: SamplingParams) -> Completion:
+        """Complete raw prompt ids (no chat template). A prompt over `max_prompt_tokens` is an
+        error here: without messages there are no turns to drop."""
+        ids = list(prompt_token_ids)
+        if not ids:
+            raise SamplerError("invalid_request", "empty prompt_token_ids")
+        cap = sampling.max_prompt_tokens
+        if cap is not None and len(ids) > cap:
+            raise SamplerError(
+                "prompt_too_long", f"{len(ids)} prompt token ids exceed max_prompt_tokens={cap}"
+            )
+        return await self._complete(ids, sampling, prompt_messages=None)
+
+    async def close(self) -> None:
+        """Stop the worker thread; calls still queued fail with `endpoint_down`."""
+        await self._scheduler.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    async def _complete(
+        self, prompt_ids: list[int], sampling: SamplingParams, *, prompt_messages: list[Message] | None
+    ) -> Completion:
+        job = self._job(prompt_ids, sampling)
+        try:
+            result: DecodeResult = await self._scheduler.submit(job)
+        except SamplerError:
+            raise
+        except Exception as error:  # a failed batch (out of memory, a model bug): name it for the run log
+            detail = f"the model failed on this batch: {type(error).__name__}: {error}"
+            raise SamplerError("server_error", detail) from error
+        return Completion(
+            text=result.text,
+            token_ids=result.token_ids,
+            logprobs=result.logprobs,
+            prompt_token_ids=prompt_ids,
+            prompt_messages=prompt_messages,
+            finish_reason=result.finish_reason,
+            usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(result.token_ids)),
+        )
+
+    def _job(self, prompt_ids: list[int], sampling: SamplingParams) -> DecodeJob:
+        if sampling.max_tokens < 1:
+            raise SamplerError("invalid_request", f"max_tokens must be >= 1, got {sampling.max_tokens}")
+        if sampling.temperature < 0:
+            raise SamplerError("invalid_request", f"temperature must be >= 0, got {sampling.temperature}")
+        if not 0 < sampling.top_p <= 1:
+            raise SamplerError("invalid_request", f"top_p must be in (0, 1], got {sampling.top_p}")
+        if any(not s for s in sampling.stop):
+            raise SamplerError("invalid_request", f"empty stop string in {sampling.stop!r}")
+        if self.max_positions is not None and len(prompt_ids) + sampling.max_tokens > self.max_positions:
+            raise SamplerError(
+                "prompt_too_long",
+                f"prompt of {len(prompt_ids)} tokens + max_tokens {sampling.max_tokens} exceeds the model's "
+                f"{self.max_positions} positions; lower max_tokens or set max_prompt_tokens",
+            )
+        vocab = self.model.config.vocab_size
+        bad = [i for i in prompt_ids if not 0 <= i < vocab]
+        if bad:
+            raise SamplerError(
+                "invalid_request", f"prompt token ids outside the vocabulary (size {vocab}): {bad[:5]}"
+            )
+        generator = torch.Generator()
+        if sampling.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(sampling.seed)
+        return DecodeJob(
+            prompt_ids=prompt_ids,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop=tuple(sampling.stop),
+            generator=generator,
+        )
+
+    def chat_ids(self, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of `messages` under the tokenizer's chat template."""
+        ids = self.tokenizer.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=False,
+        )
+        return list(ids)
+
+    def _fit_prompt(self, messages: list[Message], cap: int | None) -> tuple[list[int], list[Message] | None]:
+        """Apply the context policy (sera-spec §2.3); return prompt ids and the kept messages.
+
+        Over the cap, the oldest (assistant, user) pairs after the head are dropped; if the head
+        plus the newest turn still do not fit, the ids keep the templated head (system prompt and
+        task) and the newest tokens. The kept messages are returned whenever the prompt changed;
+        after a token-level cut they are the messages *before* the cut, and `prompt_token_ids`
+        is the exact prompt. Returns `None` for the messages when nothing changed.
+        """
+        ids = self.chat_ids(messages)
+        if cap is None or len(ids) <= cap:
+            return ids, None
+        fitted = drop_oldest_turns(messages, lambda kept: len(self.chat_ids(kept)), cap)
+        ids = self.chat_ids(fitted.messages)
+        if fitted.fits:
+            return ids, fitted.messages
+        if len(fitted.messages) <= HEAD_MESSAGES:
+            raise SamplerError(
+                "prompt_too_long",
+                f"the system prompt and task alone take {len(ids)} tokens, over max_prompt_tokens={cap}",
+            )
+        head = self.chat_ids(fitted.messages[:HEAD_MESSAGES], add_generation_prompt=False)
+        if ids[: len(head)] != head:
+            raise SamplerError(
+                "prompt_too_long",
+                f"the prompt takes {len(ids)} tokens, over max_prompt_tokens={cap}, and cannot be cut by tokens: "
+                "the chat template does not render the system prompt and task as a prefix of the prompt",
+            )
+        try:
+            return keep_head_and_tail(ids, len(head), cap), fitted.messages
+        except ValueError as error:
+            raise SamplerError("prompt_too_long", str(error)) from error
+
+
+def _padded_tokens(jobs: list[DecodeJob]) -> int:
+    """KV positions a batch of these jobs allocates (rows are padded to the longest)."""
+    return len(jobs) * (max(len(j.prompt_ids) for j in jobs) + max(j.max_tokens for j in jobs))
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """End-of-sequence ids: the tokenizer's eos plus the model's generation config eos ids."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation config names an eos token")
+    return frozenset(ids)
+
+
+__all__ = ["TransformersSampler", "BatchRecord"]

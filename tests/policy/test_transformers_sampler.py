@@ -1,0 +1,286 @@
+"""The in-process sampler on a tiny random model: batching, sampling, stops, context policy."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from sera.policy.errors import SamplerError
+from sera.policy.tiny import tiny_model_and_tokenizer
+from sera.policy.transformers_sampler import TransformersSampler
+from sera.runtime.policy import Policy, Sampler, SamplingParams
+from sera.types import Message
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model_and_tokenizer(seed=0)
+
+
+@pytest.fixture
+async def sampler(tiny):
+    model, tokenizer = tiny
+    sampler = TransformersSampler(model, tokenizer, max_batch_size=32)
+    yield sampler
+    await sampler.close()
+
+
+def chat(task: str, turns: int = 0) -> list[Message]:
+    messages = [Message(role="system", content="You are an agent."), Message(role="user", content=task)]
+    for i in range(turns):
+        messages += [
+            Message(role="assistant", content=f"<action>take item {i}</action>"),
+            Message(role="user", content=f"[Step {i} Observation] You take item {i}."),
+        ]
+    return messages
+
+
+def started_event(model) -> tuple[threading.Event, object]:
+    """An event set by the model's first forward pass: the worker has taken a batch."""
+    event = threading.Event()
+    handle = model.register_forward_hook(lambda *_: event.set())
+    return event, handle
+
+
+def test_implements_the_sampler_protocol(tiny) -> None:
+    sampler = TransformersSampler(*tiny)
+    assert isinstance(sampler, Sampler) and isinstance(sampler, Policy)
+    asyncio.run(sampler.close())
+
+
+async def test_greedy_batched_equals_one_at_a_time(sampler) -> None:
+    prompts = [chat(f"craft {i} sticks", turns=i) for i in range(6)]
+    batched = await asyncio.gather(*(sampler(p, GREEDY) for p in prompts))
+    assert sampler.batch_records[0].size == len(prompts)
+    for prompt, together in zip(prompts, batched):
+        alone = await sampler(prompt, GREEDY)
+        assert alone.token_ids == together.token_ids
+        assert alone.text == together.text
+    assert [r.size for r in sampler.batch_records] == [6, 1, 1, 1, 1, 1, 1]
+
+
+async def test_seeded_sampling_is_reproducible_whatever_the_batch(sampler) -> None:
+    target = chat("find the knife", turns=1)
+    seeded = SamplingParams(temperature=1.0, max_tokens=12, seed=1234)
+    alone = await sampler(target, seeded)
+    others = [sampler(chat("other task " * k, turns=k), SamplingParams(temperature=1.0, max_tokens=5 + k, seed=k)) for k in range(5)]
+    in_batch = (await asyncio.gather(sampler(target, seeded), *others))[0]
+    swapped = (await asyncio.gather(sampler(chat("x", 7), SamplingParams(max_tokens=3)), sampler(target, seeded)))[1]
+    assert [r.size for r in sampler.batch_records] == [1, 6, 2]
+    assert in_batch.token_ids == alone.token_ids == swapped.token_ids
+    other_seed = await sampler(target, SamplingParams(temperature=1.0, max_tokens=12, seed=99))
+    assert other_seed.token_ids != alone.token_ids
+
+
+async def test_unseeded_requests_draw_independently(sampler) -> None:
+    free = SamplingParams(temperature=1.0, max_tokens=12)
+    first, second = await asyncio.gather(sampler(chat("go"), free), sampler(chat("go"), free))
+    assert first.prompt_token_ids == second.prompt_token_ids
+    assert first.token_ids != second.token_ids
+
+
+async def test_stop_string_cuts_text_and_keeps_generated_ids(sampler, tiny) -> None:
+    _, tokenizer = tiny
+    full = await sampler(chat("stop test"), SamplingParams(temperature=0.0, max_tokens=40))
+    # A stop string spelled by one token in the middle of the greedy completion.
+    pieces = [tokenizer.decode([t]) for t in full.token_ids]
+    index = next(i for i, p in enumerate(pieces) if i >= 4 and len(p) >= 2 and p.isascii() and p.strip() == p)
+    stop = pieces[index]
+    cut = full.text.find(stop)
+    assert cut >= 0
+
+    stopped = await sampler(chat("stop test"), SamplingParams(temperature=0.0, max_tokens=40, stop=("@@never@@", stop)))
+    assert stopped.finish_reason == "stop"
+    assert stopped.text == full.text[:cut] and stop not in stopped.text
+    # ids/logprobs: exactly what was generated, up to and including the token completing the stop.
+    assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)]
+    assert stopped.logprobs == pytest.approx(full.logprobs[: len(stopped.token_ids)], abs=1e-5)
+    assert stop in tokenizer.decode(stopped.token_ids)
+    assert stop not in tokenizer.decode(stopped.token_ids[:-1])
+    assert stopped.usage.completion_tokens == len(stopped.token_ids)
+
+
+async def test_max_tokens_finishes_with_length(sampler) -> None:
+    completion = await sampler(chat("ramble"), SamplingParams(temperature=1.0, max_tokens=7, seed=0))
+    assert completion.finish_reason == "length"
+    assert len(completion.token_ids) == 7 == completion.usage.completion_tokens
+    assert completion.usage.prompt_tokens == len(completion.prompt_token_ids)
+    assert completion.prompt_messages is None
+
+
+async def test_immediate_eos_is_an_empty_stop_completion() -> None:
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    eos = tokenizer.eos_token_id
+    # A model that always wants to end its turn.
+    model.lm_head.register_forward_hook(lambda _m, _i, out: out.index_add(-1, torch.tensor([eos]), torch.full_like(out[..., :1], 1e4)))
+    sampler = TransformersSampler(model, tokenizer)
+    completion = await sampler(chat("say nothing"), SamplingParams(temperature=1.0, max_tokens=10, seed=0))
+    await sampler.close()
+    assert completion.text == "" and completion.finish_reason == "stop"
+    assert completion.token_ids == [eos]
+    assert completion.logprobs == pytest.approx([0.0], abs=1e-4)
+
+
+async def test_top_p_restricts_to_the_nucleus(sampler, tiny) -> None:
+    model, _ = tiny
+    prompt = chat("nucleus")
+    draws = await asyncio.gather(
+        *(sampler(prompt, SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=1, seed=s)) for s in range(8))
+    )
+    greedy = await sampler(prompt, SamplingParams(temperature=0.0, max_tokens=1))
+    assert {d.token_ids[0] for d in draws} == {greedy.token_ids[0]}
+
+
+async def test_concurrent_requests_share_a_batch_and_late_ones_join_the_next(sampler, tiny) -> None:
+    model, _ = tiny
+    event, handle = started_event(model)
+    try:
+        first_wave = [asyncio.ensure_future(sampler(chat(f"early {i}"), SamplingParams(temperature=0.0, max_tokens=60))) for i in range(4)]
+        await asyncio.to_thread(event.wait, 30)  # the first batch is running now
+        late = [sampler(chat(f"late {i}", turns=i), SamplingParams(temperature=0.0, max_tokens=4)) for i in range(3)]
+        results = await asyncio.gather(*first_wave, *late)
+    finally:
+        handle.remove()
+    assert all(r.token_ids for r in results)
+    assert [r.size for r in sampler.batch_records] == [4, 3]
+
+
+async def test_max_batch_size_splits_the_queue() -> None:
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    sampler = TransformersSampler(model, tokenizer, max_batch_size=4)
+    await asyncio.gather(*(sampler(chat(f"t{i}"), SamplingParams(max_tokens=2, seed=i)) for i in range(10)))
+    await sampler.close()
+    assert [r.size for r in sampler.batch_records] == [4, 4, 2]
+
+
+async def test_max_batch_tokens_bounds_the_padded_batch() -> None:
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    prompts = [chat(f"t{i}") for i in range(5)]
+    probe = TransformersSampler(model, tokenizer)
+    longest = max(len(probe.chat_ids(p)) for p in prompts)
+    await probe.close()
+    # Room for two padded rows of (longest prompt + 4 new tokens), not three.
+    sampler = TransformersSampler(model, tokenizer, max_batch_tokens=2 * (longest + 4) + 1)
+    await asyncio.gather(*(sampler(p, SamplingParams(max_tokens=4, seed=0)) for p in prompts))
+    await sampler.close()
+    assert [r.size for r in sampler.batch_records] == [2, 2, 1]
+
+
+async def test_a_failing_batch_is_a_server_error_and_the_sampler_recovers(tiny) -> None:
+    model, tokenizer = tiny
+    failures = [RuntimeError("simulated out of memory")]
+
+    def fail_once(*_):
+        if failures:
+            raise failures.pop()
+
+    handle = model.register_forward_pre_hook(fail_once)
+    sampler = TransformersSampler(model, tokenizer)
+    try:
+        results = await asyncio.gather(sampler(chat("a"), GREEDY), sampler(chat("b"), GREEDY), return_exceptions=True)
+        assert all(isinstance(r, SamplerError) and r.kind == "server_error" for r in results)
+        assert "simulated out of memory" in str(results[0])
+        assert (await sampler(chat("a"), GREEDY)).token_ids
+    finally:
+        handle.remove()
+        await sampler.close()
+
+
+async def test_cancelled_request_leaves_the_batch(sampler) -> None:
+    long = asyncio.ensure_future(sampler(chat("long"), SamplingParams(temperature=0.0, max_tokens=400)))
+    short = asyncio.ensure_future(sampler(chat("short"), SamplingParams(temperature=0.0, max_tokens=3)))
+    await short
+    long.cancel()
+    await sampler(chat("after"), SamplingParams(max_tokens=1))  # runs once the first batch is over
+    first = sampler.batch_records[0]
+    assert first.size == 2 and len(first.live_rows) < 399
+
+
+async def test_event_loop_stays_responsive_while_decoding(sampler) -> None:
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(ticker())
+    await sampler(chat("busy"), SamplingParams(temperature=0.0, max_tokens=60))
+    done = True
+    await task
+    assert ticks >= 5
+
+
+async def test_context_policy_drops_oldest_pairs_and_reports_them(sampler) -> None:
+    messages = chat("a long task", turns=6)
+    keep_two = messages[:2] + messages[-4:]
+    cap = len(sampler.chat_ids(keep_two))
+    completion = await sampler(messages, SamplingParams(max_tokens=2, seed=0, max_prompt_tokens=cap))
+    assert completion.prompt_messages == keep_two
+    assert completion.prompt_token_ids == sampler.chat_ids(keep_two)
+    assert completion.usage.prompt_tokens == cap
+
+
+async def test_context_policy_cuts_tokens_when_the_newest_turn_is_too_long(sampler) -> None:
+    messages = chat("task") + [Message(role="assistant", content="ok"), Message(role="user", content="word " * 400)]
+    head = sampler.chat_ids(messages[:2], add_generation_prompt=False)
+    full = sampler.chat_ids(messages)
+    cap = len(head) + 50
+    completion = await sampler(messages, SamplingParams(max_tokens=2, seed=0, max_prompt_tokens=cap))
+    assert completion.prompt_token_ids == full[: len(head)] + full[-50:]
+    assert completion.prompt_messages == messages
+
+
+async def test_prompt_too_long_errors(sampler) -> None:
+    with pytest.raises(SamplerError) as caught:
+        await sampler(chat("x " * 200), SamplingParams(max_tokens=2, max_prompt_tokens=20))
+    assert caught.value.kind == "prompt_too_long"
+    with pytest.raises(SamplerError, match="positions") as caught:
+        await sampler(chat("x"), SamplingParams(max_tokens=5000))
+    assert caught.value.kind == "prompt_too_long"
+    with pytest.raises(SamplerError) as caught:
+        await sampler.complete_tokens(list(range(30)), SamplingParams(max_tokens=2, max_prompt_tokens=10))
+    assert caught.value.kind == "prompt_too_long"
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(max_tokens=0), SamplingParams(temperature=-1), SamplingParams(top_p=0.0), SamplingParams(stop=("",))],
+)
+async def test_invalid_requests_are_refused(sampler, sampling) -> None:
+    with pytest.raises(SamplerError) as caught:
+        await sampler(chat("x"), sampling)
+    assert caught.value.kind == "invalid_request"
+
+
+async def test_complete_tokens_uses_ids_as_given(sampler) -> None:
+    prompt = sampler.chat_ids(chat("tokens"))
+    by_ids = await sampler.complete_tokens(prompt, GREEDY)
+    by_chat = await sampler(chat("tokens"), GREEDY)
+    assert by_ids.prompt_token_ids == prompt and by_ids.token_ids == by_chat.token_ids
+    with pytest.raises(SamplerError) as caught:
+        await sampler.complete_tokens([10**6], GREEDY)
+    assert caught.value.kind == "invalid_request"
+
+
+async def test_closed_sampler_refuses_calls(tiny) -> None:
+    sampler = TransformersSampler(*tiny)
+    await sampler.close()
+    with pytest.raises(SamplerError) as caught:
+        await sampler(chat("x"), GREEDY)
+    assert caught.value.kind == "endpoint_down"
+
+
+def test_works_across_event_loops(tiny) -> None:
+    sampler = TransformersSampler(*tiny)
+    first = asyncio.run(sampler(chat("x"), GREEDY))
+    second = asyncio.run(sampler(chat("x"), GREEDY))
+    asyncio.run(sampler.close())
+    assert first.token_ids == second.token_ids
