@@ -85,3 +85,44 @@ def test_play_runs_a_task_from_typed_cells(tmp_path, monkeypatch):
     assert "success: True" in result.output
     tree = RolloutTree.from_json(out.read_text())
     assert len(tree.root.steps) == len(cells) and tree.root.finish_message == f"made {count}x {item}"
+
+
+def test_eval_textworld_prints_difficulty_and_family_tables(tmp_path):
+    out = tmp_path / "tw"
+    args = ["eval", "--env", "textworld-sync", "--split", "test", "--difficulty", "hard", "--limit", "2",
+            "--out", str(out), "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "by family" in result.output and "fork_join" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overall"]["successes"] == 2
+    assert summary["by_family"] == {"fork_join": {"tasks": 2, "successes": 2, "errors": 0, "success_rate": 1.0}}
+
+
+def test_eval_with_an_in_process_model_records_token_ids_and_logprobs(tmp_path):
+    from sera.policy.tiny import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    model_dir = tmp_path / "tiny"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    out = tmp_path / "run"
+    args = ["eval", "--env", "textworld-sync", "--split", "test", "--limit", "1", "--policy", "hf",
+            "--model", str(model_dir), "--max-calls", "2", "--max-tokens", "8", "--temperature", "1.0",
+            "--out", str(out), "--no-progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy"] == f"hf:{model_dir}" and summary["overall"]["tasks"] == 1
+    (tree_file,) = (out / "rollouts").glob("*.json")
+    tree = RolloutTree.from_json(tree_file.read_text())
+    steps = tree.root.steps
+    assert len(steps) == 2  # a random model never finishes: it uses its whole budget
+    for step in steps:
+        assert step.completion_token_ids and len(step.completion_token_ids) == len(step.completion_logprobs)
+        assert all(lp <= 0 for lp in step.completion_logprobs) and step.prompt_token_ids
+
+
+def test_eval_openai_policy_needs_a_server_address(tmp_path):
+    result = runner.invoke(app, ["eval", "--policy", "openai", "--model", "m", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "needs --base-url" in result.output
