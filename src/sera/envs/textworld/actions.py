@@ -143,6 +143,22 @@ def cook_text(item: str, tool: str) -> str:
     return f"cook {item} {'on' if tool == 'grill' else 'in'} {tool}"
 
 
+def cut_command(item: str, cut: str) -> str:
+    """The command that gives `item` the cut `cut` (`slice red apple`)."""
+    for verb, result in CUT_VERBS.items():
+        if result == cut:
+            return f"{verb} {item}"
+    raise ValueError(f"no command cuts {item!r} {cut!r}; cuts: {', '.join(CUT_VERBS.values())}")
+
+
+def cook_command(item: str, cooking: str) -> str:
+    """The command that gives `item` the cooking `cooking` (`cook red apple in oven`)."""
+    for tool, result in COOK_TOOLS.items():
+        if result == cooking:
+            return cook_text(item, tool)
+    raise ValueError(f"ingredient {item!r} must be {cooking}, which no TextWorld-Sync tool produces")
+
+
 def parse(text: str) -> Command:
     """Parse a typed command; never raises (garbage becomes verb `unknown`)."""
     cmd = normalise(text)

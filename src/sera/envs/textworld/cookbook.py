@@ -5,10 +5,8 @@ coarse (extreme) descriptions send the agent to it for the preparations.
 
 from __future__ import annotations
 
+from sera.envs.textworld.actions import cook_command, cut_command
 from sera.envs.textworld.spec import IngredientSpec, SyncTaskSpec
-
-_CUT_VERB = {"chopped": "chop", "sliced": "slice", "diced": "dice", "minced": "mince"}
-_COOK_COMMAND = {"fried": "cook {} in stove", "roasted": "cook {} in oven", "grilled": "cook {} on grill"}
 
 HOW_TO = (
     "How to prepare: cut with the knife ('chop', 'slice', 'dice' or 'mince <item>'; anywhere, while the item "
@@ -27,9 +25,9 @@ def preparation_line(ing: IngredientSpec) -> str:
         return f"{ing.name}: raw, uncut (just fetch it)"
     steps = []
     if ing.cut != "uncut":
-        steps.append(f"'{_CUT_VERB[ing.cut]} {ing.name}'")
+        steps.append(f"'{cut_command(ing.name, ing.cut)}'")
     if ing.cook != "raw":
-        steps.append(f"'{_COOK_COMMAND[ing.cook].format(ing.name)}'" if ing.cook in _COOK_COMMAND else ing.cook)
+        steps.append(f"'{cook_command(ing.name, ing.cook)}'")
     return f"{ing.name}: {ing.cook}, {ing.cut} ({' and '.join(steps)})"
 
 

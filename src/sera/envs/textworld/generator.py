@@ -46,6 +46,7 @@ from sera.envs.textworld.bands import (
     split_slots,
     task_seed,
 )
+from sera.envs.textworld.actions import cook_command, cut_command, parse
 from sera.envs.textworld.descriptions import VIEW_BY_DIFFICULTY, describe, family_sentence
 from sera.envs.textworld.foods import FoodDatabase, Preparation, RecipeFood, fold_of, load_food_database
 from sera.envs.textworld.spec import (
@@ -69,11 +70,9 @@ MAX_ATTEMPTS = 128
 ATTEMPT_STRIDE = 1000003
 BASE_ROOMS = 4
 """Rooms every task has (kitchen, pantry, garden, supermarket): all ingredient sources lie there."""
-CUT_VERBS: dict[str, str] = {"chopped": "chop", "sliced": "slice", "diced": "dice", "minced": "mince"}
-COOK_ACTIONS: dict[str, str] = {"fried": "cook {} in stove", "roasted": "cook {} in oven", "grilled": "cook {} on grill"}
 WAIT = "wait"
-"""An idle shared step: not a world command, so the world rejects it, and charges a step like any
-rejected action; the plan uses it only to sit out a tool's cooldown."""
+"""An idle shared step (a world command that changes nothing); the plan uses it only to sit out
+a tool's cooldown."""
 TOOL_HANDLING_ACTIONS: tuple[str, ...] = ("take knife", "put knife", "claim stove", "release stove")
 """Exclusive-tool actions (conflict family); the budget band is shifted by their count (below)."""
 
@@ -311,14 +310,12 @@ def door_actions(spec: SyncTaskSpec) -> list[str]:
 
 def cut_action(ing: IngredientSpec) -> str:
     """`slice red apple`."""
-    return f"{CUT_VERBS[ing.cut]} {ing.name}"
+    return cut_command(ing.name, ing.cut)
 
 
 def cook_action(ing: IngredientSpec) -> str:
     """`cook red apple in oven` (fried: stove, roasted: oven, grilled: grill)."""
-    if ing.cook not in COOK_ACTIONS:
-        raise ValueError(f"ingredient {ing.name!r} must be {ing.cook}, which no TextWorld-Sync tool produces")
-    return COOK_ACTIONS[ing.cook].format(ing.name)
+    return cook_command(ing.name, ing.cook)
 
 
 def plan_dish(spec: SyncTaskSpec, dish_id: str) -> list[str]:
@@ -387,12 +384,8 @@ def _alternate_tools(items: list[IngredientSpec]) -> list[IngredientSpec]:
 
 
 def _tool_of(action: str) -> str | None:
-    verb = action.split(" ", 1)[0]
-    if verb in CUT_VERBS.values():
-        return "knife"
-    if verb == "cook":
-        return action.rsplit(" ", 1)[1]
-    return None
+    cmd = parse(action)
+    return "knife" if cmd.verb == "cut" else cmd.detail if cmd.verb == "cook" else None
 
 
 def _with_cooldown_waits(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
@@ -413,12 +406,12 @@ def _with_cooldown_waits(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
 def _with_exclusive_tools(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
     out = list(plan)
     if spec.tool("stove").exclusive:
-        stove = [k for k, a in enumerate(out) if a.startswith("cook ") and a.endswith(" in stove")]
+        stove = [k for k, a in enumerate(out) if _tool_of(a) == "stove"]
         if stove:
             out.insert(stove[-1] + 1, "release stove")
             out.insert(stove[0], "claim stove")
     if spec.tool("knife").exclusive:
-        cuts = [k for k, a in enumerate(out) if a.split(" ", 1)[0] in CUT_VERBS.values()]
+        cuts = [k for k, a in enumerate(out) if _tool_of(a) == "knife"]
         if cuts:
             here, put_at = "kitchen", None
             for k, action in enumerate(out):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sera.envs.textworld.actions import parse
 from sera.envs.textworld.generator import door_actions, plan_dish
 from sera.envs.textworld.spec import SyncTaskSpec
 
@@ -109,37 +110,19 @@ def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, froz
     here, tools, waiting = "kitchen", set(), set()
     points = []
     for i, action in enumerate(actions, 1):
-        verb, _, rest = action.partition(" ")
-        if verb == "go" and rest.startswith("to "):
-            here = rest[3:]
-        elif verb in ("take", "claim") and rest in _TAKE:
-            tools.add(rest)
-        elif verb in ("put", "release"):
-            tools.discard(rest)
-        elif verb == "take":
-            if spec.ingredient(rest).requires_preparation:
-                waiting.add(rest)
-        else:
-            name = _object_of(action)
-            if name in waiting and _is_last_step(spec, name, action):
-                waiting.discard(name)
+        cmd = parse(action)
+        if cmd.verb == "go":
+            here = cmd.arg
+        elif cmd.verb in ("take_tool", "claim"):
+            tools.add(cmd.arg)
+        elif cmd.verb in ("put_tool", "release"):
+            tools.discard(cmd.arg)
+        elif cmd.verb == "take" and spec.ingredient(cmd.arg).requires_preparation:
+            waiting.add(cmd.arg)
+        elif cmd.verb in ("cut", "cook") and cmd.arg in waiting:
+            # Ready after its cooking, or after its cut when it needs no cooking.
+            if cmd.verb == "cook" or spec.ingredient(cmd.arg).cook == "raw":
+                waiting.discard(cmd.arg)
         if here == "kitchen" and not waiting and i < len(actions):
             points.append((i, frozenset(tools)))
     return points
-
-
-def _object_of(action: str) -> str | None:
-    verb, _, rest = action.partition(" ")
-    if verb == "cook":
-        for suffix in (" in stove", " in oven", " on grill"):
-            if rest.endswith(suffix):
-                return rest[: -len(suffix)]
-    if verb in ("chop", "slice", "dice", "mince"):
-        return rest
-    return None
-
-
-def _is_last_step(spec: SyncTaskSpec, name: str, action: str) -> bool:
-    """Whether `action` completes the ingredient's preparation (the cook, or a cut-only item's cut)."""
-    item = spec.ingredient(name)
-    return action.startswith("cook ") or item.cook == "raw"

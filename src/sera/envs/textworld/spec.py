@@ -8,7 +8,7 @@ agent reads; `misc["sync"]` = the spec itself). Vocabulary follows CookingWorld'
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -29,17 +29,9 @@ Family = Literal[
 ]
 Difficulty = Literal["easy", "medium", "hard", "extreme"]
 
-FAMILIES: tuple[str, ...] = (
-    "fork_join",
-    "critical_path",
-    "load_balanced",
-    "resource_constrained",
-    "dependency_gate",
-    "conflict",
-    "hierarchical",
-)
+FAMILIES: tuple[str, ...] = get_args(Family)
 """The seven task families, in the paper's order (seeds and ids depend on this order)."""
-DIFFICULTIES: tuple[str, ...] = ("easy", "medium", "hard", "extreme")
+DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
 """Difficulty bands, in the paper's order."""
 
 ROOMS: tuple[str, ...] = (
