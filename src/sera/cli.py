@@ -98,13 +98,12 @@ def eval_command(
     except (ValueError, OSError) as exc:
         _fail(str(exc))
         raise
-    sampling = fit_sampling(spec.sampling, agent_policy)
-    if temperature is not None or max_tokens is not None:
-        sampling = replace(
-            sampling,
-            temperature=sampling.temperature if temperature is None else temperature,
-            max_tokens=sampling.max_tokens if max_tokens is None else max_tokens,
-        )
+    sampling = replace(
+        spec.sampling,
+        temperature=spec.sampling.temperature if temperature is None else temperature,
+        max_tokens=spec.sampling.max_tokens if max_tokens is None else max_tokens,
+    )
+    sampling = fit_sampling(sampling, agent_policy)  # after the overrides, so they fit the context too
     summary = asyncio.run(
         evaluate(
             tasks, agent_policy, spec.root_env, out,

@@ -9,6 +9,7 @@ evaluation settings) and are clamped to the model's context when it is known.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sera.runtime.policy import Policy, SamplingParams
@@ -35,7 +36,9 @@ class PolicyRequest:
     """Weights dtype of an in-process model (`float32`, `bfloat16`)."""
 
 
-def build_policy(request: PolicyRequest, oracle_for: callable, tasks: list[Task]) -> tuple[Policy, str]:
+def build_policy(
+    request: PolicyRequest, oracle_for: Callable[[list[Task]], Policy], tasks: list[Task]
+) -> tuple[Policy, str]:
     """The policy and a short description of it for result files."""
     if request.kind not in POLICY_KINDS:
         raise ValueError(f"unknown policy {request.kind!r}; known: {', '.join(POLICY_KINDS)}")

@@ -153,7 +153,7 @@ class TextWorldAgentEnv:
             status = f"The world is done: task failure ({self.world.failure})."
         else:
             status = "The world is done: the shared budget of actions is spent."
-        text = f"[Step {step_number} Observation]\n{body}\n\n{status}".replace("\n\n\n", "\n\n")
+        text = "\n\n".join(part for part in (f"[Step {step_number} Observation]\n{body}".strip(), status))
         return Outcome(observation=text, error=error, finished=True, finish_message=None)
 
 

@@ -18,7 +18,7 @@ import re
 from sera.envs.textworld.plan import TaskPlan, plan_task
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.runtime.policy import Completion, SamplingParams
-from sera.types import Message, Task, Usage
+from sera.types import Message, Task
 
 _PLAN_LINE = re.compile(r"^Plan( part \d+)?: (.*)$", re.MULTILINE)
 _VALID = re.compile(r"Valid Actions:\n((?:- .*\n?)*)")
@@ -39,7 +39,7 @@ class TextWorldOracle:
             text = self._root_reply(*self._plans[goal], messages)
         else:
             text = _child_reply(goal, messages)
-        return Completion(text=text, usage=Usage(completion_tokens=len(text.split())))
+        return Completion(text=text)  # scripted: no tokens to count
 
     # -- root ----------------------------------------------------------------------------------
 
