@@ -28,7 +28,7 @@ import httpx2
 import openai
 
 from sera.policy.context import drop_oldest_turns, estimate_tokens
-from sera.policy.errors import SamplerError, SamplerErrorKind
+from sera.policy.errors import SamplerError
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message, Usage
 
