@@ -110,6 +110,37 @@ class Step(Record):
     """Seconds spent executing the action (including awaited children)."""
 
 
+class ModelCall(Record):
+    """A model call made for training machinery, not by an agent: writing or scoring a rubric.
+
+    Kept apart from the agent's steps so it never reaches an agent's transcript; its tokens are
+    what the rubric-generation stage trains.
+    """
+
+    role: Literal["rubric", "score"]
+    """`rubric`: the parent writes a rubric; `score`: the policy scores a child with one."""
+    prompt_messages: list[Message]
+    """The exact prompt sent."""
+    prompt_token_ids: list[int] | None = None
+    """Prompt token ids when the backend reports them."""
+    completion_text: str = ""
+    """The raw reply ('' when the call failed)."""
+    completion_token_ids: list[int] | None = None
+    """Completion token ids when the backend reports them."""
+    completion_logprobs: list[float] | None = None
+    """The sampler's per-token log-probabilities, aligned with `completion_token_ids`."""
+    finish_reason: str | None = None
+    """Why generation stopped."""
+    temperature: float = 1.0
+    """Sampling temperature of the call."""
+    usage: Usage = Field(default_factory=Usage)
+    """Token counts of the call."""
+    error: str | None = None
+    """Why the call produced no usable reply (sampler failure, parse error), if so."""
+    external: bool = False
+    """True when an external model (not the policy) answered; such calls are never trained."""
+
+
 class AgentNode(Record):
     """One agent of the tree: the root or a child launched by a parent step."""
 
@@ -142,7 +173,25 @@ class AgentNode(Record):
     rubric_hash: str | None = None
     """sha256 of the canonical rubric JSON, taken when the agent started."""
     rubric_score: float | None = None
-    """The rubric score of this agent's trajectory, if scored."""
+    """The rubric score of this agent's trajectory, if scored (the gated weighted sum, or the
+    scorer's own number under `score_mode: model_final`)."""
+    rubric_call: ModelCall | None = None
+    """The parent's rubric-writing call for this agent (SERA execution stage)."""
+    score_call: ModelCall | None = None
+    """The call that scored this agent with its rubric."""
+    rubric_assessment: dict[str, Any] | None = None
+    """The parsed score: success flag, per-criterion scores, the scorer's own final number."""
+    judged_success: bool | None = None
+    """The external judge's verdict on this agent's goal, when a judge ran."""
+    judge_reason: str | None = None
+    """The judge's reason, or why the judgement is invalid."""
+    fork_group_id: str | None = None
+    """The counterfactual group this agent is a branch of, if any."""
+    branch_index: int | None = None
+    """This agent's branch number within `fork_group_id`."""
+    final_state: dict[str, Any] = Field(default_factory=dict)
+    """What this agent could observe of the world when it ended (its environment's
+    `observable_state()`): shown to rubric scorers and judges, never a success flag."""
     skip_gradient: bool = False
     """True when this agent must not produce training data."""
     skip_reason: str | None = None
@@ -161,9 +210,15 @@ class ForkBranch(Record):
     node_id: str
     """The branch's agent node."""
     label: bool | None = None
-    """Verified or judged success of the branch."""
+    """Verified or judged success of the branch; None when no valid label exists."""
+    label_source: Literal["verifier", "judge"] | None = None
+    """Where the label came from."""
+    label_error: str | None = None
+    """Why the branch has no label (judge failure, unverifiable goal), if so."""
     rubric_score: float | None = None
-    """Score the group's rubric gave this branch."""
+    """Score the group's rubric gave this branch; None when the score is invalid."""
+    score_call: ModelCall | None = None
+    """The call that scored this branch."""
 
 
 class ForkGroup(Record):
@@ -183,6 +238,21 @@ class ForkGroup(Record):
     """The branches, by index."""
     committed_branch: int | None = None
     """Which branch's end state was committed back to the parent."""
+    parent_depth: int = 0
+    """Depth of the delegating agent (branches are at `parent_depth + 1`)."""
+    initial_state: dict[str, Any] = Field(default_factory=dict)
+    """Observable state the branches started from (shown to the rubric writer)."""
+    rubric: dict[str, Any] | None = None
+    """The group's rubric, written once from the delegation point, scoring every branch."""
+    rubric_hash: str | None = None
+    """sha256 of the canonical rubric JSON."""
+    rubric_call: ModelCall | None = None
+    """The rubric-writing call (its completion is what the rubric stage trains)."""
+    rubric_error: str | None = None
+    """Why the group has no usable rubric, if so."""
+    merge_conflicts: int = 0
+    """State keys that a concurrent sibling and the committed branch both changed (the branch's
+    value was kept)."""
 
 
 class DelegationEvent(Record):

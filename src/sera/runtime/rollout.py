@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from sera.runtime.agent_env import AgentEnv
 from sera.runtime.config import RuntimeConfig
+from sera.runtime.delegation import ChildRequest, Delegator, ForkPoint, PlainDelegator
 from sera.runtime.policy import Policy
-from sera.types import AgentNode, Message, RolloutTree, Step, Task
+from sera.types import AgentNode, ForkGroup, Message, RolloutTree, Step, Task
 
 EnvFactory = Callable[["NodeHandle"], AgentEnv]
 """Builds the environment of a new agent from its handle."""
@@ -77,12 +78,21 @@ class NodeHandle:
         """Add to one of the rollout's usage counters (tool calls, world clones, ...)."""
         self._rollout.count(name, n)
 
-    async def launch(self, goal: str, make_env: EnvFactory, budget: int | None = None) -> ChildResult:
+    @property
+    def pending_reply(self) -> str:
+        """The reply this agent's current step is executing (the delegating completion)."""
+        return self._rollout.pending_reply(self.node.id)
+
+    async def launch(
+        self, goal: str, make_env: EnvFactory, budget: int | None = None, *, fork: ForkPoint | None = None
+    ) -> ChildResult:
         """Run a child agent on `goal` to completion; concurrent launches run concurrently.
 
-        `budget` (policy calls) is capped at the runtime's `max_calls_per_agent`.
+        `budget` (policy calls) is capped at the runtime's `max_calls_per_agent`. `fork` lets a
+        training strategy run the child on copies of the world; without it the child always runs
+        on the shared world. Which strategy runs is the rollout's `Delegator`'s business.
         """
-        return await self._rollout.launch_child(self, goal, make_env, budget)
+        return await self._rollout.launch_child(self, ChildRequest(goal, make_env, budget, fork))
 
 
 class Rollout:
@@ -96,14 +106,21 @@ class Rollout:
         *,
         seed: int | None = None,
         policy_version: int = 0,
+        delegator: Delegator | None = None,
     ) -> None:
         self.task = task
         self.policy = policy
         self.config = config or RuntimeConfig()
         self.seed = seed
         self.policy_version = policy_version
+        self.delegator: Delegator = delegator or PlainDelegator()
+        bind = getattr(self.delegator, "bind", None)
+        if bind is not None:  # strategies with per-rollout state refuse a second rollout here
+            bind(self)
+        self.fork_groups: list[ForkGroup] = []
         self._nodes: dict[str, AgentNode] = {}
         self._pending_children: dict[str, list[str]] = {}
+        self._pending_replies: dict[str, str] = {}
         self._calls: dict[str, int] = {}
         self._counters: dict[str, int] = {}
 
@@ -114,6 +131,13 @@ class Rollout:
 
     def calls_made(self, node_id: str) -> int:
         return self._calls.get(node_id, 0)
+
+    def pending_reply(self, node_id: str) -> str:
+        return self._pending_replies.get(node_id, "")
+
+    def node(self, node_id: str) -> AgentNode:
+        """A node of the tree being built."""
+        return self._nodes[node_id]
 
     def _new_node(self, goal: str, parent: AgentNode | None, budget: int | None = None) -> AgentNode:
         cap = self.config.max_calls_per_agent
@@ -142,6 +166,7 @@ class Rollout:
             )
         except TimeoutError:
             error = f"rollout timed out after {self.config.rollout_timeout_s:g} s"
+        await self.delegator.finalize(self)
         return RolloutTree(
             task_id=self.task.id,
             env=self.task.env,
@@ -149,6 +174,7 @@ class Rollout:
             nodes=self._nodes,
             seed=self.seed,
             policy_version=self.policy_version,
+            fork_groups=self.fork_groups,
             root_success=root.verified_success,
             error=error,
             started_at=started,
@@ -156,15 +182,31 @@ class Rollout:
             counters=dict(self._counters),
         )
 
-    async def launch_child(
-        self, parent: NodeHandle, goal: str, make_env: EnvFactory, budget: int | None = None
-    ) -> ChildResult:
+    async def launch_child(self, parent: NodeHandle, request: ChildRequest) -> ChildResult:
+        """Check the depth, then let the delegation strategy run the child."""
         if not parent.can_delegate:
             raise DelegationError(
                 f"cannot launch a subagent from depth {parent.depth}: the maximum delegation "
                 f"depth is {self.config.max_depth}; perform the task yourself"
             )
+        return await self.delegator.delegate(self, parent, request)
+
+    async def run_child(
+        self,
+        parent: NodeHandle,
+        goal: str,
+        make_env: EnvFactory,
+        budget: int | None = None,
+        *,
+        branch: tuple[str, int] | None = None,
+    ) -> ChildResult:
+        """Create a child node of `parent` and run it to completion (strategies call this).
+
+        `branch` = (fork group id, branch index) marks a counterfactual branch.
+        """
         child = self._new_node(goal, parent.node, budget)
+        if branch is not None:
+            child.fork_group_id, child.branch_index = branch
         self._pending_children.setdefault(parent.node.id, []).append(child.id)
         # A task of its own: the child's failures and cancellation stay in the child's record.
         await asyncio.create_task(self._run_agent(child, make_env))
@@ -195,6 +237,8 @@ class Rollout:
                 verdict = env.verify(node.finish_message)
                 node.verified_success = verdict.success
                 node.verifier_info = verdict.info
+                observe = getattr(env, "observable_state", None)
+                node.final_state = observe() if observe is not None else {}
                 await asyncio.shield(env.close())
             node.ended_at = time.time()
 
@@ -222,7 +266,11 @@ class Rollout:
 
             action = env.parse(completion.text)
             t1 = time.perf_counter()
-            outcome = await env.execute(action)
+            self._pending_replies[node.id] = completion.text
+            try:
+                outcome = await env.execute(action)
+            finally:
+                self._pending_replies.pop(node.id, None)
             node.steps.append(
                 Step(
                     index=len(node.steps),
@@ -262,7 +310,8 @@ async def run_rollout(
     *,
     seed: int | None = None,
     policy_version: int = 0,
+    delegator: Delegator | None = None,
 ) -> RolloutTree:
-    """Run one root rollout of `task` and return its tree."""
-    rollout = Rollout(task, policy, config, seed=seed, policy_version=policy_version)
+    """Run one root rollout of `task` and return its tree (`delegator`: how children run)."""
+    rollout = Rollout(task, policy, config, seed=seed, policy_version=policy_version, delegator=delegator)
     return await rollout.run(make_root_env)

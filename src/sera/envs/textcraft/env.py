@@ -17,11 +17,14 @@ from sera.envs.textcraft.recipes import RecipeBook
 from sera.envs.textcraft.verify import verify_crafted
 from sera.envs.textcraft.world import CraftingWorld, is_positive_int
 from sera.runtime.agent_env import Outcome, Verdict
+from sera.runtime.delegation import ForkPoint
 from sera.runtime.rollout import EnvFactory, NodeHandle
 from sera.sandbox import SandboxSession
 from sera.types import Action, Message, Task
 
 
+CHILD_TOOLS = "get_info, view_inventory, craft, finish, launch_subagent"
+"""A child's tools, in words (shown to rubric writers)."""
 PRELUDE = "import asyncio, json, math"
 """Run before an agent's first cell: the modules the prompt's examples use without importing."""
 
@@ -96,6 +99,10 @@ class TextCraftAgentEnv:
     def verify(self, finish_message: str | None) -> Verdict:
         return verify_crafted(self.targets, self.start_inventory, self.world.inventory, finish_message)
 
+    def observable_state(self) -> dict[str, Any]:
+        """What the agent can see of the world: the shared inventory."""
+        return {"inventory": self.world.view_inventory()}
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -144,13 +151,14 @@ class TextCraftAgentEnv:
                 f"Error: launch_subagent: you are at delegation depth {self.handle.depth}, the "
                 f"maximum ({self.handle.max_depth}); no subagent was launched. Craft the items yourself."
             )
-        world, limits = self.world, self.limits
+        limits = self.limits
         child_targets = dict(targets)
 
-        def make_child(handle: NodeHandle) -> TextCraftAgentEnv:
-            return TextCraftAgentEnv(handle, world, child_targets, limits)
+        def env_on(world: CraftingWorld) -> EnvFactory:
+            return lambda handle: TextCraftAgentEnv(handle, world, child_targets, limits)
 
-        result = await self.handle.launch(goal_text(child_targets, context), make_child)
+        fork = ForkPoint(world=self.world, env_on=env_on, observe=self.observable_state, tools=CHILD_TOOLS)
+        result = await self.handle.launch(goal_text(child_targets, context), env_on(self.world), fork=fork)
         report = result.finish_message or result.error or ""
         return (
             f"{report}\n\nBudget used by subagent: {result.steps_used}/{result.budget} steps. "

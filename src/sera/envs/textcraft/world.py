@@ -44,6 +44,29 @@ class CraftingWorld:
         self.inventory.clear()
         self.inventory.update(other.inventory)
 
+    def merge(self, branch: CraftingWorld, base: CraftingWorld) -> int:
+        """Add what `branch` changed since `base` to this inventory, in place; returns conflicts.
+
+        Unlike `commit`, changes made here meanwhile (a sibling delegation running concurrently
+        on this world) are kept: counts are additive, so a branch that crafted 2 planks and a
+        sibling that crafted 1 stick both survive. A count that would go negative (the branch
+        consumed items a sibling also consumed) is clamped at 0 and counted as a conflict.
+        """
+        conflicts = 0
+        for item in branch.inventory.keys() | base.inventory.keys():
+            delta = branch.inventory.get(item, 0) - base.inventory.get(item, 0)
+            if delta == 0:
+                continue
+            count = self.inventory.get(item, 0) + delta
+            if count < 0:
+                conflicts += 1
+                count = 0
+            if count:
+                self.inventory[item] = count
+            else:
+                self.inventory.pop(item, None)
+        return conflicts
+
     # -- tools ---------------------------------------------------------------------------------
 
     def view_inventory(self) -> dict[str, int]:

@@ -10,6 +10,7 @@ a dish ruined, or the shared budget spent) every agent stops at its next step.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from sera.agents import text_protocol
 from sera.envs.textworld.prompts import initial_messages, turn_footer
@@ -18,11 +19,14 @@ from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.subtask import check_subtask
 from sera.envs.textworld.world import SyncWorld
 from sera.runtime.agent_env import Outcome, Verdict
+from sera.runtime.delegation import ForkPoint
 from sera.runtime.rollout import ChildResult, EnvFactory, NodeHandle
 from sera.types import Action, Message, Task
 
 CHILD_BUDGET_CAP = 20
 """A child's budget of steps is what its parent asked for, at most this (and the runtime's cap)."""
+CHILD_TOOLS = "TextWorld environment actions, inventory lookup, finish, and delegate"
+"""A child's tools, in words (shown to rubric writers)."""
 CHILD_OBSERVATION_CHARS = 1200
 """How much of a child's last observation its parent sees."""
 
@@ -95,6 +99,14 @@ class TextWorldAgentEnv:
     async def close(self) -> None:
         return None
 
+    def observable_state(self) -> dict[str, Any]:
+        """What this agent can see: where it is and its last observation (no success flags)."""
+        return {
+            "agent_id": self.agent_id,
+            "location": self.world.location(self.agent_id),
+            "observation": self._last_observation,
+        }
+
     # -- delegation ----------------------------------------------------------------------------
 
     async def _delegate(self, step_number: int, action: Action) -> Outcome:
@@ -106,14 +118,20 @@ class TextWorldAgentEnv:
             )
             body = f"Error: {problem}\n\n" + await self.world.aobserve(self.agent_id)
             return Outcome(observation=self._turn(step_number, body), error=problem)
-        world, here = self.world, self.world.location(self.agent_id)
+        here = self.world.location(self.agent_id)
 
-        def make_child(handle: NodeHandle) -> TextWorldAgentEnv:
-            return TextWorldAgentEnv(handle, world, here)
+        def env_on(world: SyncWorld) -> EnvFactory:
+            return lambda handle: TextWorldAgentEnv(handle, world, here)
 
+        fork = ForkPoint(world=self.world, env_on=env_on, observe=self.observable_state, tools=CHILD_TOOLS)
         results = await asyncio.gather(
             *(
-                self.handle.launch(g.goal, make_child, budget=min(g.max_steps or CHILD_BUDGET_CAP, CHILD_BUDGET_CAP))
+                self.handle.launch(
+                    g.goal,
+                    env_on(self.world),
+                    budget=min(g.max_steps or CHILD_BUDGET_CAP, CHILD_BUDGET_CAP),
+                    fork=fork,
+                )
                 for g in goals
             )
         )

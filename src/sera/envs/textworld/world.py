@@ -51,6 +51,7 @@ from typing import Any
 
 from sera.envs.textworld.actions import Command, Rules, check, parse, tool_wait, valid_actions
 from sera.envs.textworld.cookbook import cookbook_text
+from sera.envs.textworld.merge import merge_states
 from sera.envs.textworld.observation import render_inventory, render_observation
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.state import COOK_TOOLS, CUT_VERBS, DIRECTIONS, HEAT_TOOLS, Event, ItemState, WorldState
@@ -203,6 +204,20 @@ class SyncWorld:
                 f"cannot commit a branch of task {branch.spec.task_id!r} into a world of task {self.spec.task_id!r}"
             )
         self._state = branch._state.copy()
+
+    def merge(self, branch: SyncWorld, base: SyncWorld) -> int:
+        """Apply what `branch` changed since `base` (a clone taken with the branch) to this world,
+        keeping concurrent changes made here; returns the conflicting keys (see `merge.py`)."""
+        for other in (branch, base):
+            if other.spec is not self.spec and other.spec != self.spec:
+                raise ValueError(
+                    f"cannot merge a world of task {other.spec.task_id!r} into a world of task {self.spec.task_id!r}"
+                )
+        if self._state.done:  # the live world already ended: nothing can change it any more
+            return 0
+        conflicts = merge_states(self._state, branch._state, base._state)
+        self._settle()
+        return conflicts
 
     # -- transitions ---------------------------------------------------------------------------
 
