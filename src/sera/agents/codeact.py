@@ -15,7 +15,8 @@ STOP = "</python>"
 """Stop sequence for CodeAct sampling."""
 
 _THOUGHT = re.compile(r"<thought>(.*?)</thought>", re.DOTALL)
-_PYTHON = re.compile(r"<python>(.*?)(?:</python>|\Z)", re.DOTALL)
+PYTHON_BLOCK = re.compile(r"<python>(.*?)(?:</python>|\Z)", re.DOTALL)
+"""A `<python>` block; an unclosed final block runs to the end (the sampler stopped on `</python>`)."""
 
 FORMAT_HINT = (
     "Reply with a short reasoning inside <thought></thought> followed by one code cell inside "
@@ -27,7 +28,7 @@ def parse_reply(reply: str) -> Action:
     """Split a reply into thought and code; a reply without code is an `invalid` action."""
     thought_match = _THOUGHT.search(reply)
     thought = thought_match.group(1).strip() if thought_match else ""
-    blocks = _PYTHON.findall(reply)
+    blocks = PYTHON_BLOCK.findall(reply)
     if not blocks:
         if not reply.strip():
             problem = "the reply was empty"

@@ -1,0 +1,1 @@
+"""Training: losses, the stage schedule, datums and the learner loop."""
