@@ -38,6 +38,7 @@ from sera.policy.batching import BatchRecord, BatchScheduler
 from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention, decode_batch
 from sera.policy.context import HEAD_MESSAGES, drop_oldest_turns, keep_head_and_tail
 from sera.policy.errors import SamplerError
+from sera.policy.tokenizing import chat_ids
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message, Usage
 
@@ -182,13 +183,7 @@ class TransformersSampler:
 
     def chat_ids(self, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of `messages` under the tokenizer's chat template."""
-        ids = self.tokenizer.apply_chat_template(
-            [{"role": m.role, "content": m.content} for m in messages],
-            add_generation_prompt=add_generation_prompt,
-            tokenize=True,
-            return_dict=False,
-        )
-        return list(ids)
+        return chat_ids(self.tokenizer, messages, add_generation_prompt=add_generation_prompt)
 
     def _fit_prompt(self, messages: list[Message], cap: int | None) -> tuple[list[int], list[Message] | None]:
         """Apply the context policy (sera-spec §2.3); return prompt ids and the kept messages.

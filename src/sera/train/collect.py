@@ -1,0 +1,117 @@
+"""Collect one training rollout for a stage: the right launcher, then the labels credit needs.
+
+| stage / method              | launcher                                  | after the rollout            |
+|-----------------------------|-------------------------------------------|------------------------------|
+| execution, RAO              | plain                                     | judge every child (TextWorld)|
+| execution, SERA             | frozen rubric per child, policy score     | -                            |
+| delegation                  | plain                                     | -                            |
+| rubric_generation           | B counterfactual branches, <= 16 copies   | (labels collected inside)    |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sera.rubric import GLOBAL_TEXTCRAFT_RUBRIC, REFERENCE, STRICT
+from sera.runtime.config import RuntimeConfig
+from sera.runtime.delegation import Delegator, PlainDelegator
+from sera.runtime.policy import Policy
+from sera.runtime.rollout import EnvFactory, run_rollout
+from sera.train.counterfactual import CounterfactualDelegator
+from sera.train.labels import JudgeLabeler, Labeler, VerifierLabeler, judge_children
+from sera.train.method import EnvTraining, Method
+from sera.train.rubric_calls import (
+    SCORE_SAMPLING,
+    ExternalRubricScorer,
+    ExternalRubricWriter,
+    GlobalRubricWriter,
+    PolicyRubricScorer,
+    PolicyRubricWriter,
+    RubricScorer,
+    RubricWriter,
+)
+from sera.train.rubric_delegation import RubricDelegator
+from sera.train.schedule import Stage
+from sera.types import RolloutTree, Task
+
+
+@dataclass(frozen=True)
+class Collector:
+    """Everything a training rollout needs besides the task: policy, method, environment, judge."""
+
+    policy: Policy
+    """The policy being trained: agents, rubric writer and scorer."""
+    method: Method
+    """Credit rules and schedule."""
+    env: EnvTraining
+    """Environment-specific credit settings."""
+    runtime: RuntimeConfig
+    """Budgets and sampling of agent steps."""
+    judge: Any = None
+    """A `sera.judge.JudgeClient`, needed for judged labels and external rubrics; None otherwise."""
+
+    def __post_init__(self) -> None:
+        needs_judge = [
+            why
+            for why, needed in (
+                ("judged child labels", self.env.label_source == "judge"
+                 and ("rubric_generation" in self.method.schedule or self.method.execution_credit == "rao")),
+                ("external rubrics", self.method.rubric_writer == "external"),
+                ("an external scorer", self.method.rubric_scorer == "external"),
+            )
+            if needed
+        ]
+        if needs_judge and self.judge is None:
+            raise ValueError(
+                f"method {self.method.name!r} needs an external judge model for {', '.join(needs_judge)}; "
+                "give a JudgeClient (e.g. --judge-url/--judge-model)"
+            )
+        if self.method.rubric_writer == "global" and self.env.protocol != "codeact":
+            raise ValueError("the global fixed rubric exists for TextCraft-Synth only (sera-spec §4.5)")
+
+    def _limits(self):
+        return STRICT if self.method.rubric_limits == "strict" else REFERENCE
+
+    def writer(self) -> RubricWriter:
+        if self.method.rubric_writer == "global":
+            return GlobalRubricWriter(GLOBAL_TEXTCRAFT_RUBRIC)
+        if self.method.rubric_writer == "external":
+            return ExternalRubricWriter(self.judge, self._limits())
+        return PolicyRubricWriter(self.policy, limits=self._limits())
+
+    def scorer(self, stage: Stage) -> RubricScorer:
+        if self.method.rubric_scorer == "external":
+            return ExternalRubricScorer(self.judge, self.method.score_mode)
+        cap = self.env.score_max_tokens_rt if stage == "rubric_generation" else SCORE_SAMPLING.max_tokens
+        return PolicyRubricScorer(self.policy, replace(SCORE_SAMPLING, max_tokens=cap), self.method.score_mode)
+
+    def labeler(self) -> Labeler:
+        return JudgeLabeler(self.judge) if self.env.label_source == "judge" else VerifierLabeler()
+
+    def delegator(self, stage: Stage) -> Delegator:
+        """A fresh launcher for one root rollout of `stage`."""
+        if stage == "rubric_generation":
+            # The rubric stage trains the policy's rubric writing, whatever writes rubrics elsewhere.
+            return CounterfactualDelegator(
+                PolicyRubricWriter(self.policy, limits=self._limits()),
+                self.scorer(stage), self.labeler(),
+                branches=self.method.branches, max_envs=self.method.max_fork_envs,
+            )
+        if stage == "execution" and self.method.execution_credit == "rubric":
+            return RubricDelegator(self.writer(), self.scorer(stage))
+        return PlainDelegator()
+
+    async def collect(
+        self, task: Task, make_root_env: EnvFactory, stage: Stage, *, seed: int | None = None, policy_version: int = 0
+    ) -> RolloutTree:
+        """Run one root rollout of `task` for `stage` and attach the labels its credit needs."""
+        tree = await run_rollout(
+            task, self.policy, make_root_env, self.runtime,
+            seed=seed, policy_version=policy_version, delegator=self.delegator(stage),
+        )
+        if stage == "execution" and self.method.execution_credit == "rao" and self.env.label_source == "judge":
+            calls = await judge_children(tree, self.labeler())
+            tree.counters["judge_calls"] = tree.counters.get("judge_calls", 0) + calls
+        return tree
+
