@@ -98,3 +98,23 @@ async def test_invalid_rubrics_follow_the_failure_policy():
     assert binary.rewards == {tree.root_id: 1.0, **{c.id: float(c.verified_success) for c in children}}
     skipped = execution_rewards(tree, credit="rubric", label_source="verifier", failure_policy="skip_rollout")
     assert skipped.skip_rollout is not None and skipped.rewards == {}
+
+
+async def test_a_hanging_scorer_cannot_hang_the_rollout():
+    import asyncio
+
+    task = next(t for t in TEXTCRAFT.load_split("val") if t.id == "textcraft_synth.val.5")
+    policy = RubricOracle(TEXTCRAFT.oracle([task]))
+
+    class Hanging:
+        async def score(self, rubric, child):
+            await asyncio.sleep(3600)
+
+    delegator = RubricDelegator(PolicyRubricWriter(policy), Hanging())
+    config = RuntimeConfig(sampling=TEXTCRAFT.sampling, policy_timeout_s=0.5)
+    tree = await run_rollout(task, policy, TEXTCRAFT.root_env(task), config, delegator=delegator)
+    assert tree.root_success is True and "pending work timed out" in tree.error
+    children = [n for n in tree.nodes.values() if n.parent_id is not None]
+    assert children and all(c.rubric_score is None for c in children)
+    dropped = execution_rewards(tree, credit="rubric", label_source="verifier").dropped
+    assert set(dropped) == {c.id for c in children}

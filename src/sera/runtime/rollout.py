@@ -166,7 +166,10 @@ class Rollout:
             )
         except TimeoutError:
             error = f"rollout timed out after {self.config.rollout_timeout_s:g} s"
-        await self.delegator.finalize(self)
+        try:  # pending training work (rubric scores, labels): at most two policy calls deep
+            await asyncio.wait_for(self.delegator.finalize(self), timeout=2 * self.config.policy_timeout_s)
+        except TimeoutError:
+            error = error or f"finishing the launcher's pending work timed out after {2 * self.config.policy_timeout_s:g} s"
         return RolloutTree(
             task_id=self.task.id,
             env=self.task.env,
