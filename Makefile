@@ -43,6 +43,7 @@ bench: setup
 	$(PY) benchmarks/sandbox_overhead.py
 	$(PY) benchmarks/textworld_world.py
 	$(PY) benchmarks/textworld_oracle.py
+	$(PY) benchmarks/credit_batch.py
 
 # vLLM on CPU lives in its own venv (it pins its own torch/transformers); not part of `make test`.
 VLLM_VENV ?= .venv-vllm
