@@ -181,3 +181,11 @@ def test_recorded_delegation_and_execution_stages_ignore_uncommitted_branches(re
     for tree in ex:  # SERA execution: every child scored by its parent's rubric
         children = [n for n in tree.nodes.values() if n.parent_id is not None]
         assert all(n.rubric_hash and n.rubric_score is not None and math.isfinite(n.rubric_score) for n in children)
+
+
+def test_a_task_split_over_two_groups_is_refused():
+    with pytest.raises(ValueError, match="share one LOO baseline"):
+        build_batch([[tree_a()], [tree_b()]], "execution", get_method("sera"), ENV)
+    other = tree_b().model_copy(update={"task_id": "u"})
+    with pytest.raises(ValueError, match="mixes tasks"):
+        build_batch([[tree_a(), other]], "execution", get_method("sera"), ENV)

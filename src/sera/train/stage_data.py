@@ -181,7 +181,18 @@ def build_batch(
     """Datums of one optimizer step: each task's K rollouts credited together, then the depth
     weights over the whole batch (§7.3)."""
     batch = StageData()
-    for trees in task_groups:
+    seen: dict[str, int] = {}
+    for index, trees in enumerate(task_groups):
+        task_ids = sorted({t.task_id for t in trees})
+        if len(task_ids) > 1:
+            raise ValueError(f"group {index} mixes tasks {task_ids}: a group is the K rollouts of one task")
+        for task_id in task_ids:
+            if task_id in seen and seen[task_id] != index:
+                raise ValueError(
+                    f"task {task_id!r} is in groups {seen[task_id]} and {index}: a task's rollouts share one "
+                    "LOO baseline, so put them in one group"
+                )
+            seen[task_id] = index
         if stage == "execution":
             batch.extend(execution_stage(trees, method, env))
         elif stage == "delegation":
