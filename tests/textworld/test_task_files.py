@@ -132,3 +132,12 @@ def test_unrecognised_files_are_refused(tmp_path):
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(ValueError, match="contains no tasks"):
         load_tasks(empty)
+
+
+def test_find_task_in_a_split_names_close_ids():
+    from sera.envs.textworld.tasks import UnknownTaskError, find_task
+
+    task = find_task("dev", "cookingworld_multidish_dev_fork_join_easy_0007")
+    assert task.id == "cookingworld_multidish_dev_fork_join_easy_0007"
+    with pytest.raises(UnknownTaskError, match="did you mean 'cookingworld_multidish_dev_fork_join_easy_0007'"):
+        find_task("dev", "cookingworld_multidish_dev_fork_join_easy_007")

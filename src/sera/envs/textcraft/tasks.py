@@ -11,9 +11,7 @@ their public names so callers need one import.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
-from collections.abc import Sequence
 from pathlib import Path
 
 from sera.envs.textcraft.task_file import (
@@ -32,6 +30,7 @@ from sera.envs.textcraft.task_generator import (
     generate_splits,
     generate_tasks,
 )
+from sera.envs.task_lookup import UnknownTaskError, find_task
 from sera.types import Task
 
 __all__ = [
@@ -65,13 +64,6 @@ class PublishedDataUnavailable(FileNotFoundError):
     """The published task files are not installed."""
 
 
-class UnknownTaskError(KeyError):
-    """No task has the requested id."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0]) if self.args else ""
-
-
 def published_task_file(split: Split) -> Path:
     """Path of a published split's JSONL inside the installed `platoon-textcraft` package.
 
@@ -103,16 +95,6 @@ def load_split(split: Split) -> list[Task]:
     return load_tasks(path)
 
 
-def find_task(tasks: Sequence[Task], task_id: str) -> Task:
-    """The task with this id; `UnknownTaskError` (a KeyError) suggests close ids."""
-    for task in tasks:
-        if task.id == task_id:
-            return task
-    ids = [task.id for task in tasks]
-    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(repr(i) for i in close)}?" if close else ""
-    span = f" ({ids[0]!r} .. {ids[-1]!r})" if ids else ""
-    raise UnknownTaskError(f"no task with id {task_id!r} among {len(ids)} tasks{span}{hint}")
 
 
 def _check_split(split: str) -> None:

@@ -10,7 +10,6 @@ Every `Task` is `SyncTaskSpec.to_task()`; `SyncTaskSpec.from_task(task)` gives t
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 from collections.abc import Iterable
@@ -21,6 +20,8 @@ from sera.envs.textworld.generator import SPLITS, generate_split
 from sera.envs.textworld.reference_v9 import is_v9_manifest, is_v9_row, read_v9_jsonl, read_v9_manifest
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.task_file import read_task_file, write_task_file
+from sera.envs.task_lookup import UnknownTaskError
+from sera.envs.task_lookup import find_task as find_in
 from sera.types import Task
 
 __all__ = [
@@ -37,13 +38,6 @@ __all__ = [
 ]
 
 TaskFormat = Literal["sera", "v9_jsonl", "v9_manifest"]
-
-
-class UnknownTaskError(KeyError):
-    """No task has the requested id."""
-
-    def __str__(self) -> str:  # KeyError would print the message in quotes
-        return str(self.args[0]) if self.args else ""
 
 
 def load_split_specs(split: str) -> list[SyncTaskSpec]:
@@ -117,11 +111,4 @@ def write_tasks(path: str | Path, specs: Iterable[SyncTaskSpec | Task]) -> int:
 
 def find_task(split: str, task_id: str) -> Task:
     """The task of a split with this id; `UnknownTaskError` suggests close ids."""
-    tasks = _split_tasks(split)
-    for task in tasks:
-        if task.id == task_id:
-            return task
-    ids = [t.id for t in tasks]
-    close = difflib.get_close_matches(task_id, ids, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(repr(i) for i in close)}?" if close else ""
-    raise UnknownTaskError(f"no task with id {task_id!r} in split {split} ({len(ids)} tasks){hint}")
+    return find_in(_split_tasks(split), task_id)
