@@ -189,3 +189,15 @@ def test_a_task_split_over_two_groups_is_refused():
     other = tree_b().model_copy(update={"task_id": "u"})
     with pytest.raises(ValueError, match="mixes tasks"):
         build_batch([[tree_a(), other]], "execution", get_method("sera"), ENV)
+
+
+def test_rao_bonus_counts_each_agents_own_labelled_children():
+    from sera.credit import execution_rewards
+
+    tree = tree_a()
+    tree.nodes["n3"] = node("n3", "n1", verified_success=True).model_copy(update={"depth": 2})
+    tree.nodes["n4"] = node("n4", "n1", verified_success=None).model_copy(update={"depth": 2})
+    rewards = execution_rewards(tree, credit="rao", label_source="verifier", lam=0.5)
+    # n1: own 1 + 0.5 * (1 success / 1 labelled child); n2 has no child; the root gets no bonus.
+    assert rewards.rewards == {"n0": 1.0, "n1": 1.5, "n2": 0.0, "n3": 1.0}
+    assert rewards.dropped == {"n4": "no verifier label"}

@@ -60,6 +60,10 @@ def execution_rewards(
 ) -> TreeRewards:
     """Rewards of every live agent of `tree` (uncommitted counterfactual branches excluded)."""
     nodes = live_nodes(tree)
+    child_labels: dict[str, list[bool | None]] = {}
+    for node in nodes.values():
+        if node.parent_id is not None:
+            child_labels.setdefault(node.parent_id, []).append(child_label(node, label_source))
     rewards: dict[str, float] = {}
     dropped: dict[str, str] = {}
     for node in nodes.values():
@@ -69,15 +73,16 @@ def execution_rewards(
         if node.skip_gradient:
             dropped[node.id] = node.skip_reason or "marked skip_gradient"
             continue
-        children = [child_label(c, label_source) for c in nodes.values() if c.parent_id == node.id]
-        rao = rao_reward(child_label(node, label_source), children, lam)
         if credit == "rubric" and node.rubric_score is not None:
             rewards[node.id] = node.rubric_score
-        elif credit == "rubric" and failure_policy == "skip_rollout":
+            continue
+        if credit == "rubric" and failure_policy == "skip_rollout":
             return TreeRewards(skip_rollout=f"{node.id}: {_missing_score_reason(node)}")
-        elif credit == "rubric" and failure_policy == "drop":
+        if credit == "rubric" and failure_policy == "drop":
             dropped[node.id] = _missing_score_reason(node)
-        elif rao is None:
+            continue
+        rao = rao_reward(child_label(node, label_source), child_labels.get(node.id, []), lam)
+        if rao is None:
             dropped[node.id] = f"no {label_source} label"
         else:
             rewards[node.id] = rao

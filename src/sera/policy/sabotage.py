@@ -55,12 +55,10 @@ class SabotagedPolicy:
         self.reply = GIVE_UP_REPLIES[protocol]
         self.is_root = (is_root or is_root_agent) if spare_root else None
         self._rng = random.Random(seed)
-        self.sabotaged = 0
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         first_call = sum(1 for m in messages if m.role == "assistant") == 0
         spare = self.is_root is not None and self.is_root(messages)
         if first_call and not spare and self._rng.random() < self.rate:
-            self.sabotaged += 1
             return Completion(text=self.reply, finish_reason="stop", usage=Usage(completion_tokens=len(self.reply.split())))
         return await self.inner(messages, sampling)

@@ -22,6 +22,11 @@ class RuntimeConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     """Sampling settings of every agent step."""
 
+    def child_budget(self, requested: int | None) -> int:
+        """The policy calls a launched agent gets: what was asked for, within [1, max_calls_per_agent]."""
+        cap = self.max_calls_per_agent
+        return cap if requested is None else max(1, min(requested, cap))
+
     def __post_init__(self) -> None:
         if self.max_calls_per_agent < 1:
             raise ValueError(f"max_calls_per_agent must be >= 1, got {self.max_calls_per_agent}")

@@ -140,14 +140,13 @@ class Rollout:
         return self._nodes[node_id]
 
     def _new_node(self, goal: str, parent: AgentNode | None, budget: int | None = None) -> AgentNode:
-        cap = self.config.max_calls_per_agent
         node = AgentNode(
             id=f"n{len(self._nodes)}",
             parent_id=parent.id if parent else None,
             fork_step=len(parent.steps) if parent else None,
             depth=parent.depth + 1 if parent else 0,
             goal=goal,
-            budget=cap if budget is None else max(1, min(budget, cap)),
+            budget=self.config.child_budget(budget),
         )
         self._nodes[node.id] = node
         self.count("agents")

@@ -120,14 +120,11 @@ class CounterfactualDelegator:
                 return
         else:
             group.rubric, group.rubric_hash = written.rubric.to_dict(), written.rubric.hash()
-
-        async def no_score() -> None:
-            return None
-
+        scoring = [self.scorer.score(written.rubric, n) for n in nodes] if written.rubric else []
         labels, scores = await asyncio.gather(
-            asyncio.gather(*(self.labeler.label(n, parent_goal) for n in nodes)),
-            asyncio.gather(*(self.scorer.score(written.rubric, n) if written.rubric else no_score() for n in nodes)),
+            asyncio.gather(*(self.labeler.label(n, parent_goal) for n in nodes)), asyncio.gather(*scoring)
         )
+        scores = scores or [None] * len(nodes)
         if self.labeler.external:
             rollout.count("judge_calls", len(nodes))
         for branch, label, scored in zip(group.branches, labels, scores):

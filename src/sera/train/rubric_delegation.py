@@ -29,7 +29,6 @@ def rubric_context(
     node = parent.node
     state = request.fork.observe() if request.fork is not None else {}
     tools = request.fork.tools if request.fork is not None else ""
-    budget = min(request.budget or rollout.config.max_calls_per_agent, rollout.config.max_calls_per_agent)
     return RubricContext(
         parent_goal=node.goal,
         parent_messages=tuple(node.messages),
@@ -37,7 +36,7 @@ def rubric_context(
         state=state,
         child_goal=request.goal,
         child_tools=tools,
-        child_budget=budget,
+        child_budget=rollout.config.child_budget(request.budget),
         metadata={
             "parent_id": node.id,
             "parent_depth": node.depth,
@@ -97,8 +96,6 @@ class RubricDelegator:
         child.rubric, child.rubric_hash = frozen.to_dict(), frozen.hash()
         scored = await self.scorer.score(frozen, child)
         count_score(rollout, scored)
-        if frozen.hash() != child.rubric_hash:  # cannot happen with a frozen record; guard the invariant
-            raise RuntimeError(f"the rubric of {child.id} changed after it was frozen")
         child.score_call = scored.call
         child.rubric_assessment = scored.assessment.model_dump() if scored.assessment else None
         child.rubric_score = scored.score

@@ -15,7 +15,6 @@ Pure functions of the trees (and of a tokenizer's `decode` for launch spans): no
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -207,5 +206,5 @@ def build_batch(
         weights = depth_weights([d.depth for d in batch.datums], [d.trajectory_id for d in batch.datums])
         batch.datums = [d.with_weight(w) for d, w in zip(batch.datums, weights)]
     batch.counts["datums"] = len(batch.datums)
-    batch.counts["trainable_datums"] = sum(1 for d in batch.datums if d.advantage != 0 and not math.isclose(d.weight, 0))
+    batch.counts["trainable_datums"] = sum(1 for d in batch.datums if d.advantage != 0)
     return batch
