@@ -31,7 +31,8 @@ DEFAULT_MAX_OBSERVATION_CHARS = 2000
 """Per-observation cap in a rendered trajectory; longer observations keep head and tail."""
 
 
-def _clip(text: str, limit: int | None) -> str:
+def clip_middle(text: str, limit: int | None) -> str:
+    """`text` if it fits `limit` characters, else its head and tail around an omission note."""
     if limit is None or len(text) <= limit:
         return text
     half = limit // 2
@@ -50,13 +51,13 @@ def render_trajectory(node: AgentNode, max_observation_chars: int | None = DEFAU
         action = step.action.body if step.action.kind != "invalid" else step.completion_text
         lines.append(f"### Step {step.index + 1}")
         if step.action.thought:
-            lines.append(f"Thought: {_clip(step.action.thought, max_observation_chars)}")
+            lines.append(f"Thought: {clip_middle(step.action.thought, max_observation_chars)}")
         lines.append(f"Action: {action}")
         if step.action.kind == "invalid":
             lines.append(f"(The reply could not be parsed as an action: {step.action.parse_error})")
-        lines.append(f"Observation: {_clip(step.observation, max_observation_chars)}")
+        lines.append(f"Observation: {clip_middle(step.observation, max_observation_chars)}")
         if step.error:
-            lines.append(f"Error: {_clip(step.error, max_observation_chars)}")
+            lines.append(f"Error: {clip_middle(step.error, max_observation_chars)}")
         lines.append("")
     if not node.steps:
         lines.append("(The sub-agent took no step.)")

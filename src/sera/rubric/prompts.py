@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sera.judge.prompts import clip_middle
 from sera.rubric.schema import STRICT, Rubric, RubricLimits
 from sera.types import AgentNode, Message
 
@@ -201,13 +202,6 @@ _SCORE_RULES = """\
 - If success is false, final_score is exactly 0.0; if success is true, 0 < final_score <= 1."""
 
 
-def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters omitted ...]\n{text[-half:]}"
-
-
 def render_child_trajectory(node: AgentNode, max_chars_per_field: int = 2000) -> dict[str, Any]:
     """The scorer's view of a child: goal, each step's thought/action/observation/error, ending.
 
@@ -218,7 +212,7 @@ def render_child_trajectory(node: AgentNode, max_chars_per_field: int = 2000) ->
         raise ValueError(f"max_chars_per_field must be >= 2, got {max_chars_per_field}")
 
     def clip(text: str | None) -> str | None:
-        return None if text is None else _clip(text, max_chars_per_field)
+        return None if text is None else clip_middle(text, max_chars_per_field)
 
     steps = [
         {
