@@ -24,10 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from sera.envs.registry import get_env
-from sera.policy.sabotage import SabotagedPolicy
-from sera.policy.tiny import tiny_tokenizer
-from sera.policy.tokenizing import TokenizingPolicy
-from sera.rubric.oracle import RubricOracle
+from sera.testing.sabotage import SabotagedPolicy
+from sera.testing.tiny import tiny_tokenizer
+from sera.testing.tokenizing import TokenizingPolicy
+from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
 from sera.train.method import env_training, get_method

@@ -29,9 +29,9 @@ import time
 
 import torch
 
-from sera.policy.logprobs import batched_sequence_logprobs
+from sera.train.logprobs import batched_sequence_logprobs
 from sera.policy.models import load_model
-from sera.policy.tiny import tiny_model_and_tokenizer
+from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message

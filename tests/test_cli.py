@@ -100,7 +100,7 @@ def test_eval_textworld_prints_difficulty_and_family_tables(tmp_path):
 
 
 def test_eval_with_an_in_process_model_records_token_ids_and_logprobs(tmp_path):
-    from sera.policy.tiny import tiny_model_and_tokenizer
+    from sera.testing.tiny import tiny_model_and_tokenizer
 
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     model_dir = tmp_path / "tiny"

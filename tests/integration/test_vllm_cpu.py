@@ -137,7 +137,7 @@ def test_server_logprobs_match_fp32_recompute(server: VLLMServer, model_dir: Pat
     import torch
     from transformers import AutoModelForCausalLM
 
-    from sera.policy.logprobs import sequence_logprobs
+    from sera.train.logprobs import sequence_logprobs
 
     async def run():
         sampler = OpenAISampler(server.base_url, SERVED, max_retries=1, backoff_s=(0.5, 1.0))

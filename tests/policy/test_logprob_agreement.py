@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import torch
 
-from sera.policy.logprobs import batched_sequence_logprobs, sequence_logprobs
-from sera.policy.tiny import tiny_model_and_tokenizer
+from sera.train.logprobs import batched_sequence_logprobs, sequence_logprobs
+from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
 from sera.runtime.policy import SamplingParams
 from sera.types import Message

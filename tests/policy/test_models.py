@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from sera.policy import models
-from sera.policy.logprobs import sequence_logprobs
-from sera.policy.tiny import tiny_model_and_tokenizer
+from sera.train.logprobs import sequence_logprobs
+from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
 from sera.runtime.policy import SamplingParams
 from sera.types import Message

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sera.policy.errors import SamplerError
-from sera.policy.tiny import tiny_model_and_tokenizer
+from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
 from sera.runtime.policy import Policy, Sampler, SamplingParams
 from sera.types import Message

@@ -11,8 +11,8 @@ from sera.credit import live_nodes
 from sera.envs.registry import get_env
 from sera.envs.textcraft.world import CraftingWorld
 from sera.judge import JudgeClient
-from sera.policy.sabotage import SabotagedPolicy
-from sera.rubric.oracle import RubricOracle
+from sera.testing.sabotage import SabotagedPolicy
+from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.rollout import run_rollout
 from sera.train.counterfactual import CounterfactualDelegator

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sera.agents import codeact, text_protocol
-from sera.policy.tiny import tiny_tokenizer
+from sera.testing.tiny import tiny_tokenizer
 from sera.train.datums import (
     Datum,
     MissingTokensError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sera.policy.tiny import tiny_tokenizer
+from sera.testing.tiny import tiny_tokenizer
 from sera.train import spans as spans_module
 from sera.train.spans import (
     SpanAlignmentError,

@@ -11,11 +11,11 @@ import pytest
 
 from sera.credit import leaf_coverage, live_nodes
 from sera.envs.registry import get_env
-from sera.policy.sabotage import SabotagedPolicy
-from sera.policy.tiny import tiny_tokenizer
-from sera.policy.tokenizing import TokenizingPolicy
+from sera.testing.sabotage import SabotagedPolicy
+from sera.testing.tiny import tiny_tokenizer
+from sera.testing.tokenizing import TokenizingPolicy
 from sera.rubric import parse_rubric
-from sera.rubric.oracle import RubricOracle
+from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
 from sera.train.method import EnvTraining, env_training, get_method

@@ -16,7 +16,7 @@ What a `Completion` holds, exactly:
   of any stop string (the stop string itself is excluded). With EOS, the text excludes EOS.
   An immediate EOS gives `text == ""`, `token_ids == [eos]`, finish reason `stop`.
 - `logprobs`: for each token of `token_ids`, `log_softmax(logits)` of the model's raw logits at
-  temperature 1 without top-p: the quantity the learner recomputes (`sera.policy.logprobs`)
+  temperature 1 without top-p: the quantity the learner recomputes (`sera.train.logprobs`)
   for the CISPO importance ratio, *not* the probability under the sampling distribution
   (which differs when temperature != 1 or top_p < 1).
 - `finish_reason`: `stop` (EOS or a stop string) or `length` (`max_tokens` reached).
