@@ -6,74 +6,19 @@ import asyncio
 
 import pytest
 
-from sera.runtime import Completion, NodeHandle, Outcome, RuntimeConfig, SamplingParams, Verdict, run_rollout
-from sera.types import Action, Message, RolloutTree, Task
+from sera.runtime import RuntimeConfig, run_rollout
+from sera.testing.script import ScriptEnv, ScriptPolicy
+from sera.types import RolloutTree, Task
 
 TASK = Task(id="t0", goal="root", env="script")
 
 
-class ScriptEnv:
-    """Replies are commands: `finish M`, `spawn g1,g2` (concurrent children), `crash`, anything else echoes."""
-
-    def __init__(self, handle: NodeHandle, log: list[str]) -> None:
-        self.handle = handle
-        self.log = log
-
-    def initial_messages(self) -> list[Message]:
-        return [Message(role="system", content="sys"), Message(role="user", content=self.handle.node.goal)]
-
-    def parse(self, reply: str) -> Action:
-        return Action(kind="text", body=reply)
-
-    async def execute(self, action: Action) -> Outcome:
-        cmd, _, arg = action.body.partition(" ")
-        if cmd == "finish":
-            return Outcome(observation="done", finished=True, finish_message=arg)
-        if cmd == "crash":
-            raise RuntimeError("environment bug")
-        if cmd == "spawn":
-            launches = [self.handle.launch(goal, lambda h: ScriptEnv(h, self.log)) for goal in arg.split(",")]
-            results = await asyncio.gather(*launches, return_exceptions=True)
-            return Outcome(observation=" | ".join(str(r if isinstance(r, Exception) else r.finish_message) for r in results))
-        self.log.append(f"{self.handle.node.goal}:{action.body}")
-        return Outcome(observation=f"echo {action.body}")
-
-    def verify(self, finish_message: str | None) -> Verdict:
-        return Verdict(success=finish_message == "ok", info={})
-
-    async def close(self) -> None:
-        self.log.append(f"closed {self.handle.node.goal}")
-
-
-class ScriptPolicy:
-    """Replies from a table keyed by goal: a list of replies, one per turn (last one repeats)."""
-
-    def __init__(self, script: dict[str, list[str]]) -> None:
-        self.script = script
-        self.active = 0
-        self.peak = 0
-
-    async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
-        goal = messages[1].content
-        turn = sum(1 for m in messages if m.role == "assistant")
-        replies = self.script[goal]
-        reply = replies[min(turn, len(replies) - 1)]
-        if reply.startswith("slow"):
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-            await asyncio.sleep(0.05)
-            self.active -= 1
-        if reply == "raise":
-            raise ConnectionError("endpoint down")
-        if reply == "hang":
-            await asyncio.sleep(60)
-        return Completion(text=reply)
-
-
-def run(script: dict[str, list[str]], config: RuntimeConfig | None = None) -> tuple[RolloutTree, list[str], ScriptPolicy]:
+def run(
+    script: dict[str, list[str]], config: RuntimeConfig | None = None, fail_in: dict[str, str] | None = None
+) -> tuple[RolloutTree, list[str], ScriptPolicy]:
     log: list[str] = []
     policy = ScriptPolicy(script)
-    tree = asyncio.run(run_rollout(TASK, policy, lambda h: ScriptEnv(h, log), config))
+    tree = asyncio.run(run_rollout(TASK, policy, lambda h: ScriptEnv(h, log, fail_in), config))
     return tree, log, policy
 
 
@@ -131,6 +76,40 @@ def test_failures_stay_inside_the_node_that_raised_them():
     assert by_goal["good"].verified_success is True
     assert tree.root_success is True and tree.root.error is None
     assert sum(1 for line in log if line.startswith("closed")) == 4, "every environment is closed"
+
+
+@pytest.mark.parametrize("method", ["verify", "observable_state", "close"])
+def test_a_childs_environment_failing_at_the_end_stays_on_the_child(method):
+    script = {"root": ["spawn kid,sib", "finish ok"], "kid": ["finish ok"], "sib": ["finish ok"]}
+    tree, log, _ = run(script, fail_in={"kid": method})
+    by_goal = {n.goal: n for n in tree.nodes.values()}
+    kid = by_goal["kid"]
+    assert f"{method}() failed: RuntimeError: {method} bug in kid" in kid.env_error
+    assert kid.error.startswith("environment failed:")
+    assert tree.root.error is None and tree.root_success is True and tree.error is None
+    assert by_goal["sib"].error is None and by_goal["sib"].final_state == {"goal": "sib"}
+    assert sum(1 for line in log if line.startswith("closed")) == 3, "every environment is closed"
+    if method != "verify":  # what did not fail is still recorded
+        assert kid.verified_success is True
+
+
+def test_a_root_environment_that_cannot_be_built_is_a_rollout_error():
+    def broken(handle):
+        raise OSError("no sandbox")
+
+    tree = asyncio.run(run_rollout(TASK, ScriptPolicy({"root": ["finish ok"]}), broken))
+    assert tree.root.env_error.startswith("building the environment failed: OSError: no sandbox")
+    assert tree.error.startswith("the root environment failed: building the environment failed")
+    assert tree.root.steps == [] and tree.root_success is None
+
+
+def test_counters_are_declared_names_only():
+    from sera.runtime.rollout import Rollout
+
+    rollout = Rollout(TASK, ScriptPolicy({}))
+    rollout.count("tool_calls", 2)
+    with pytest.raises(ValueError, match="unknown counter 'tool_cals'"):
+        rollout.count("tool_cals")
 
 
 def test_policy_timeout_and_rollout_timeout():

@@ -164,6 +164,9 @@ class AgentNode(Record):
     """The message passed to `finish`, if the agent finished explicitly."""
     error: str | None = None
     """Why the agent stopped without finishing (budget, timeout, crash, cancellation)."""
+    env_error: str | None = None
+    """What went wrong in the agent's environment itself (building, verifying, observing or
+    closing it): a fault of the environment, not of the model; also summarised in `error`."""
     verified_success: bool | None = None
     """Programmatic verifier outcome, when a verifier ran."""
     verifier_info: dict[str, Any] = Field(default_factory=dict)

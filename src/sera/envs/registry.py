@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sera.runtime.policy import Policy, SamplingParams
-from sera.runtime.rollout import EnvFactory
+from sera.runtime.delegation import EnvFactory
 from sera.types import Task
 
 

@@ -18,7 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sera.eval.summary import EvalSummary, summarise
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Policy
-from sera.runtime.rollout import EnvFactory, run_rollout
+from sera.runtime.delegation import EnvFactory
+from sera.runtime.rollout import run_rollout
 from sera.types import RolloutTree, Task
 
 

@@ -3,7 +3,8 @@
 from sera.runtime.agent_env import AgentEnv, Outcome, Verdict
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Completion, Policy, SamplingParams
-from sera.runtime.rollout import ChildResult, DelegationError, NodeHandle, Rollout, run_rollout
+from sera.runtime.delegation import ChildResult, DelegationError, NodeHandle
+from sera.runtime.rollout import Rollout, run_rollout
 
 __all__ = [
     "AgentEnv", "ChildResult", "Completion", "DelegationError", "NodeHandle", "Outcome", "Policy",

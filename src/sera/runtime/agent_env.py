@@ -9,7 +9,7 @@ nothing about crafting or cooking; environments know nothing about trees or trai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sera.types import Action, Message
 
@@ -55,6 +55,11 @@ class AgentEnv(Protocol):
 
     def verify(self, finish_message: str | None) -> Verdict:
         """Check this agent's goal after its episode."""
+        ...
+
+    def observable_state(self) -> dict[str, Any]:
+        """What this agent can observe of the world now (JSON-able, no success flags): recorded
+        as `AgentNode.final_state` and shown to rubric writers, scorers and judges."""
         ...
 
     async def close(self) -> None:

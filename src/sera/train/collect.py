@@ -15,13 +15,10 @@ from typing import Any
 
 from sera.rubric import GLOBAL_TEXTCRAFT_RUBRIC, REFERENCE, STRICT
 from sera.runtime.config import RuntimeConfig
-from sera.runtime.delegation import Delegator, PlainDelegator
-from sera.runtime.policy import Policy
-from sera.runtime.rollout import EnvFactory, run_rollout
-from sera.train.counterfactual import CounterfactualDelegator
-from sera.train.labels import JudgeLabeler, Labeler, VerifierLabeler, judge_children
-from sera.train.method import EnvTraining, Method
-from sera.train.rubric_calls import (
+from sera.launchers.counterfactual import CounterfactualLauncher
+from sera.launchers.frozen_rubric import FrozenRubricLauncher
+from sera.launchers.labels import JudgeLabeler, Labeler, VerifierLabeler, judge_children
+from sera.launchers.rubric_calls import (
     SCORE_SAMPLING,
     ExternalRubricScorer,
     ExternalRubricWriter,
@@ -31,7 +28,10 @@ from sera.train.rubric_calls import (
     RubricScorer,
     RubricWriter,
 )
-from sera.train.rubric_delegation import RubricDelegator
+from sera.runtime.delegation import EnvFactory, Launcher, PlainLauncher
+from sera.runtime.policy import Policy
+from sera.runtime.rollout import run_rollout
+from sera.train.method import EnvTraining, Method
 from sera.train.schedule import Stage
 from sera.types import RolloutTree, Task
 
@@ -89,18 +89,18 @@ class Collector:
     def labeler(self) -> Labeler:
         return JudgeLabeler(self.judge) if self.env.label_source == "judge" else VerifierLabeler()
 
-    def delegator(self, stage: Stage) -> Delegator:
+    def launcher(self, stage: Stage) -> Launcher:
         """A fresh launcher for one root rollout of `stage`."""
         if stage == "rubric_generation":
             # The rubric stage trains the policy's rubric writing, whatever writes rubrics elsewhere.
-            return CounterfactualDelegator(
+            return CounterfactualLauncher(
                 PolicyRubricWriter(self.policy, limits=self._limits()),
                 self.scorer(stage), self.labeler(),
                 branches=self.method.branches, max_envs=self.method.max_fork_envs,
             )
         if stage == "execution" and self.method.execution_credit == "rubric":
-            return RubricDelegator(self.writer(), self.scorer(stage))
-        return PlainDelegator()
+            return FrozenRubricLauncher(self.writer(), self.scorer(stage))
+        return PlainLauncher()
 
     async def collect(
         self, task: Task, make_root_env: EnvFactory, stage: Stage, *, seed: int | None = None, policy_version: int = 0
@@ -108,10 +108,9 @@ class Collector:
         """Run one root rollout of `task` for `stage` and attach the labels its credit needs."""
         tree = await run_rollout(
             task, self.policy, make_root_env, self.runtime,
-            seed=seed, policy_version=policy_version, delegator=self.delegator(stage),
+            seed=seed, policy_version=policy_version, launcher=self.launcher(stage),
         )
         if stage == "execution" and self.method.execution_credit == "rao" and self.env.label_source == "judge":
-            calls = await judge_children(tree, self.labeler())
-            tree.counters["judge_calls"] = tree.counters.get("judge_calls", 0) + calls
+            await judge_children(tree, self.labeler())  # counts its calls and tokens in the tree
         return tree
 

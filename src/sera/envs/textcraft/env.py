@@ -16,9 +16,9 @@ from sera.envs.textcraft.prompts import goal_text, initial_messages
 from sera.envs.textcraft.recipes import RecipeBook
 from sera.envs.textcraft.verify import verify_crafted
 from sera.envs.textcraft.world import CraftingWorld, is_positive_int
+from sera.counters import Counter
 from sera.runtime.agent_env import Outcome, Verdict
-from sera.runtime.delegation import ForkPoint
-from sera.runtime.rollout import EnvFactory, NodeHandle
+from sera.runtime.delegation import EnvFactory, ForkPoint, NodeHandle
 from sera.sandbox import SandboxSession
 from sera.types import Action, Message, Task
 
@@ -87,7 +87,7 @@ class TextCraftAgentEnv:
             if prelude.error:  # a broken sandbox, not a model mistake: fail this agent loudly
                 raise RuntimeError(f"sandbox prelude failed: {prelude.error}")
         result = await self._session.run(action.body)
-        self.handle.count("cells")
+        self.handle.count(Counter.CELLS)
         cell_number = len(self.handle.node.steps) + 1
         return Outcome(
             observation=codeact.cell_observation(cell_number, result.stdout, result.error),
@@ -120,19 +120,19 @@ class TextCraftAgentEnv:
         }
 
     def _craft(self, ingredients: Any, target: Any) -> str:
-        self.handle.count("tool_calls")
+        self.handle.count(Counter.TOOL_CALLS)
         return self.world.craft(ingredients, target)
 
     def _get_info(self, items: Any) -> Any:
-        self.handle.count("tool_calls")
+        self.handle.count(Counter.TOOL_CALLS)
         return self.world.get_info(items)
 
     def _view_inventory(self) -> dict[str, int]:
-        self.handle.count("tool_calls")
+        self.handle.count(Counter.TOOL_CALLS)
         return self.world.view_inventory()
 
     def _finish(self, message: Any = "") -> str:
-        self.handle.count("tool_calls")
+        self.handle.count(Counter.TOOL_CALLS)
         if not isinstance(message, str):
             return f"Error: finish expects a message string, got {type(message).__name__}"
         self._finished = True
@@ -140,7 +140,7 @@ class TextCraftAgentEnv:
         return "Finished."
 
     async def _launch_subagent(self, targets: Any, context: Any = "") -> str:
-        self.handle.count("tool_calls")
+        self.handle.count(Counter.TOOL_CALLS)
         problem = _check_targets(targets, self.world.recipes)
         if problem is None and not isinstance(context, str):
             problem = f"context must be a string, got {type(context).__name__}"

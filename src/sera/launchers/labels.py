@@ -6,11 +6,13 @@ only on counterfactual branches (rubric training); RAO spends a judge call on ev
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from sera.counters import Counter
 from sera.credit.live import live_nodes
-from sera.types import AgentNode, RolloutTree
+from sera.types import AgentNode, RolloutTree, Usage
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,23 @@ class Label:
     """Why there is no label."""
     reason: str | None = None
     """The judge's justification, when a judge answered."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens the judge call spent (none for the verifier or a cache hit)."""
+
+
+class CounterSink(Protocol):
+    def count(self, name: Counter, n: int = 1) -> None: ...
+
+
+def count_labels(sink: CounterSink, labels: Iterable[Label]) -> None:
+    """Count what `labels` cost: judge calls and tokens, or verifier checks."""
+    for label in labels:
+        if label.source == "judge":
+            sink.count(Counter.JUDGE_CALLS)
+            sink.count(Counter.JUDGE_PROMPT_TOKENS, label.usage.prompt_tokens)
+            sink.count(Counter.JUDGE_COMPLETION_TOKENS, label.usage.completion_tokens)
+        else:
+            sink.count(Counter.VERIFIER_CALLS)
 
 
 class Labeler(Protocol):
@@ -55,9 +74,10 @@ class JudgeLabeler:
 
     async def label(self, node: AgentNode, parent_goal: str | None) -> Label:
         judgement = await self.client.judge_child(node.goal, node, _state_text(node), parent_goal=parent_goal)
+        usage = Usage() if judgement.cached else judgement.usage
         if not judgement.valid:
-            return Label(None, "judge", judgement.error or "invalid judgement")
-        return Label(judgement.success, "judge", reason=judgement.reason)
+            return Label(None, "judge", judgement.error or "invalid judgement", usage=usage)
+        return Label(judgement.success, "judge", reason=judgement.reason, usage=usage)
 
 
 def _state_text(node: AgentNode) -> str:
@@ -67,9 +87,18 @@ def _state_text(node: AgentNode) -> str:
     return "\n".join(f"{key}: {value}" for key, value in state.items()) or "(no final state recorded)"
 
 
+class _TreeCounters:
+    def __init__(self, tree: RolloutTree) -> None:
+        self.tree = tree
+
+    def count(self, name: Counter, n: int = 1) -> None:
+        self.tree.counters[name.value] = self.tree.counters.get(name.value, 0) + n
+
+
 async def judge_children(tree: RolloutTree, labeler: Labeler) -> int:
     """Label every live non-root agent of `tree` in place (`judged_success`, `judge_reason`), for
-    RAO's child rewards in environments without a verifier; returns the number of calls made."""
+    RAO's child rewards in environments without a verifier, and count the cost in the tree's
+    counters; returns the number of labels asked for."""
     nodes = live_nodes(tree)
     children = [n for n in nodes.values() if n.parent_id is not None]
     labels = await asyncio.gather(
@@ -78,4 +107,5 @@ async def judge_children(tree: RolloutTree, labeler: Labeler) -> int:
     for node, label in zip(children, labels):
         node.judged_success = label.success
         node.judge_reason = label.reason if label.error is None else f"invalid: {label.error}"
+    count_labels(_TreeCounters(tree), labels)
     return len(children)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
 
 from sera.rubric import (
     STRICT,
@@ -72,9 +73,13 @@ class RubricScorer(Protocol):
     async def score(self, rubric: Rubric, child: AgentNode) -> ScoredChild: ...
 
 
-def _call_record(role: str, messages: list[Message], sampling: SamplingParams, completion: Completion) -> ModelCall:
+CallRole = Literal["rubric", "score"]
+"""The two rubric-call roles of a `ModelCall`."""
+
+
+def _call_record(role: CallRole, messages: list[Message], sampling: SamplingParams, completion: Completion) -> ModelCall:
     return ModelCall(
-        role=role,  # type: ignore[arg-type]
+        role=role,
         prompt_messages=completion.prompt_messages or messages,
         prompt_token_ids=completion.prompt_token_ids,
         completion_text=completion.text,
@@ -86,17 +91,26 @@ def _call_record(role: str, messages: list[Message], sampling: SamplingParams, c
     )
 
 
-async def _ask_policy(policy: Policy, role: str, messages: list[Message], sampling: SamplingParams) -> ModelCall:
+async def _ask_policy(policy: Policy, role: CallRole, messages: list[Message], sampling: SamplingParams) -> ModelCall:
     try:
         completion = await policy(messages, sampling)
     except Exception as exc:  # a failed call is data (counted, the child dropped), not a crash
         return ModelCall(
-            role=role,  # type: ignore[arg-type]
+            role=role,
             prompt_messages=messages,
             temperature=sampling.temperature,
             error=f"policy call failed: {type(exc).__name__}: {exc}",
         )
     return _call_record(role, messages, sampling, completion)
+
+
+def _parsed(call: ModelCall, parse: Callable[[], Rubric]) -> WrittenRubric:
+    """The rubric `parse` reads from `call`'s reply, or the call marked invalid with the reason."""
+    try:
+        return WrittenRubric(parse(), call)
+    except RubricError as exc:
+        error = f"invalid rubric: {exc}"
+        return WrittenRubric(None, call.model_copy(update={"error": error}), error)
 
 
 def _scoring_messages(rubric: Rubric, child: AgentNode) -> list[Message]:
@@ -116,11 +130,7 @@ class PolicyRubricWriter:
         call = await _ask_policy(self.policy, "rubric", messages, self.sampling)
         if call.error is not None:
             return WrittenRubric(None, call, call.error)
-        try:
-            return WrittenRubric(parse_rubric(call.completion_text, self.limits), call)
-        except RubricError as exc:
-            error = f"invalid rubric: {exc}"
-            return WrittenRubric(None, call.model_copy(update={"error": error}), error)
+        return _parsed(call, lambda: parse_rubric(call.completion_text, self.limits))
 
 
 @dataclass(frozen=True)
@@ -174,11 +184,7 @@ class ExternalRubricWriter:
         )
         if not reply.valid:
             return WrittenRubric(None, call, reply.error)
-        try:
-            return WrittenRubric(rubric_from_dict(reply.data, self.limits), call)
-        except RubricError as exc:
-            error = f"invalid rubric: {exc}"
-            return WrittenRubric(None, call.model_copy(update={"error": error}), error)
+        return _parsed(call, lambda: rubric_from_dict(reply.data, self.limits))
 
 
 @dataclass

@@ -23,11 +23,11 @@ import asyncio
 import hashlib
 import json
 
-from sera.runtime.delegation import ChildRequest, Delegator, PlainDelegator
-from sera.runtime.rollout import ChildResult, NodeHandle, Rollout
-from sera.train.labels import Label, Labeler
-from sera.train.rubric_calls import RubricScorer, RubricWriter, ScoredChild
-from sera.train.rubric_delegation import count_rubric, count_score, rubric_context
+from sera.counters import Counter
+from sera.launchers.frozen_rubric import count_rubric, count_score, rubric_context
+from sera.launchers.labels import Label, Labeler, count_labels
+from sera.launchers.rubric_calls import RubricScorer, RubricWriter, ScoredChild
+from sera.runtime.delegation import ChildRequest, ChildResult, ChildRunner, Launcher, NodeHandle, PlainLauncher
 from sera.types import ForkBranch, ForkGroup
 
 DEFAULT_BRANCHES = 8
@@ -40,8 +40,8 @@ def state_digest(world: object) -> str:
     return hashlib.sha256(json.dumps(snapshot, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class CounterfactualDelegator:
-    """Fork-B collection with a per-rollout copy budget; use one instance per root rollout."""
+class CounterfactualLauncher:
+    """Fork-B collection with a per-rollout copy budget (one root rollout at a time)."""
 
     def __init__(
         self,
@@ -51,50 +51,51 @@ class CounterfactualDelegator:
         *,
         branches: int = DEFAULT_BRANCHES,
         max_envs: int = DEFAULT_MAX_ENVS,
-        fallback: Delegator | None = None,
+        fallback: Launcher | None = None,
     ) -> None:
         if branches < 2:
             raise ValueError(f"branches must be >= 2 (a group ranks successes against failures), got {branches}")
         self.writer, self.scorer, self.labeler = writer, scorer, labeler
         self.branches, self.max_envs = branches, max_envs
-        self.fallback = fallback or PlainDelegator()
+        self.fallback = fallback or PlainLauncher()
         self.envs_created = 1  # the root's own world
         self._pending: list[tuple[ForkGroup, asyncio.Task[None]]] = []
-        self._rollout: Rollout | None = None
+        self._runner: ChildRunner | None = None
 
-    def bind(self, rollout: Rollout) -> None:
-        """Called by the rollout that uses this launcher; the copy budget is per root rollout."""
-        if self._rollout is not None and self._rollout is not rollout:
-            raise RuntimeError("a CounterfactualDelegator budgets one root rollout; make a new one per rollout")
-        self._rollout = rollout
+    def start(self, runner: ChildRunner) -> None:
+        """The copy budget is per root rollout: a new rollout starts it afresh."""
+        if self._runner is not None:
+            raise RuntimeError("a CounterfactualLauncher budgets one root rollout at a time; make one per rollout")
+        self._runner = runner
+        self.envs_created = 1
+        self.fallback.start(runner)
 
-    async def delegate(self, rollout: Rollout, parent: NodeHandle, request: ChildRequest) -> ChildResult:
+    async def launch(self, runner: ChildRunner, parent: NodeHandle, request: ChildRequest) -> ChildResult:
         fork = request.fork
         if fork is None or self.envs_created >= self.max_envs:
             if fork is not None:
-                rollout.count("fork_groups_skipped_budget")
-            return await self.fallback.delegate(rollout, parent, request)
+                runner.count(Counter.FORK_GROUPS_SKIPPED_BUDGET)
+            return await self.fallback.launch(runner, parent, request)
         self.envs_created += self.branches  # a whole group, even past the cap (as the reference)
-        group = ForkGroup(
-            id=f"g{len(rollout.fork_groups)}",
+        group = runner.add_fork_group(ForkGroup(
+            id="",
             parent_id=parent.node.id,
             parent_step=len(parent.node.steps),
             child_goal=request.goal,
             state_digest=state_digest(fork.world),
             parent_depth=parent.depth,
             initial_state=fork.observe(),
-        )
-        rollout.fork_groups.append(group)
-        context = rubric_context(rollout, parent, request, fork_group_id=group.id, branch_index=0)
+        ))
+        context = rubric_context(runner, parent, request, fork_group_id=group.id, branch_index=0)
         writing = asyncio.create_task(self.writer.write(context))
         base = fork.world.clone()
         copies = [fork.world.clone() for _ in range(self.branches)]
-        rollout.count("world_clones", self.branches + 1)
-        rollout.count("fork_groups")
+        runner.count(Counter.WORLD_CLONES, self.branches + 1)
+        runner.count(Counter.FORK_GROUPS)
         try:
             results = await asyncio.gather(
                 *(
-                    rollout.run_child(parent, request.goal, fork.env_on(copy), request.budget, branch=(group.id, b))
+                    runner.run_child(parent, request.goal, fork.env_on(copy), request.budget, branch=(group.id, b))
                     for b, copy in enumerate(copies)
                 )
             )
@@ -104,14 +105,14 @@ class CounterfactualDelegator:
         group.merge_conflicts = fork.world.merge(copies[0], base)
         group.committed_branch = 0
         group.branches = [ForkBranch(index=b, node_id=r.node_id) for b, r in enumerate(results)]
-        self._pending.append((group, asyncio.create_task(self._supervise(rollout, group, writing, parent.node.goal))))
+        self._pending.append((group, asyncio.create_task(self._supervise(runner, group, writing, parent.node.goal))))
         return results[0]
 
-    async def _supervise(self, rollout: Rollout, group: ForkGroup, writing: asyncio.Task, parent_goal: str) -> None:
+    async def _supervise(self, runner: ChildRunner, group: ForkGroup, writing: asyncio.Task, parent_goal: str) -> None:
         written = await writing
-        count_rubric(rollout, written)
+        count_rubric(runner, written)
         group.rubric_call = written.call
-        nodes = [rollout.node(b.node_id) for b in group.branches]
+        nodes = [runner.node(b.node_id) for b in group.branches]
         if written.rubric is None:
             group.rubric_error = written.error
             if self.labeler.external:  # no rubric to train: do not spend judge calls
@@ -125,20 +126,19 @@ class CounterfactualDelegator:
             asyncio.gather(*(self.labeler.label(n, parent_goal) for n in nodes)), asyncio.gather(*scoring)
         )
         scores = scores or [None] * len(nodes)
-        if self.labeler.external:
-            rollout.count("judge_calls", len(nodes))
+        count_labels(runner, labels)
         for branch, label, scored in zip(group.branches, labels, scores):
             _fill(branch, label, scored)
             if scored is not None:
-                count_score(rollout, scored)
+                count_score(runner, scored)
 
-    async def finalize(self, rollout: Rollout) -> None:
-        await self.fallback.finalize(rollout)
-        pending, self._pending = self._pending, []
+    async def finish(self, runner: ChildRunner) -> None:
+        await self.fallback.finish(runner)
+        pending, self._pending, self._runner = self._pending, [], None
         outcomes = await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
         for (group, _), outcome in zip(pending, outcomes):
             if isinstance(outcome, BaseException):  # a bug, not model output: keep the reason
-                rollout.count("rubric_pipeline_errors")
+                runner.count(Counter.RUBRIC_PIPELINE_ERRORS)
                 group.rubric_error = f"counterfactual supervision failed: {type(outcome).__name__}: {outcome}"
 
 

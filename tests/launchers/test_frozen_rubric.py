@@ -13,8 +13,8 @@ from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Completion
 from sera.runtime.rollout import run_rollout
-from sera.train.rubric_calls import PolicyRubricScorer, PolicyRubricWriter
-from sera.train.rubric_delegation import RubricDelegator
+from sera.launchers.rubric_calls import PolicyRubricScorer, PolicyRubricWriter
+from sera.launchers.frozen_rubric import FrozenRubricLauncher
 
 TEXTCRAFT = get_env("textcraft-synth")
 
@@ -41,9 +41,9 @@ class Recorder:
 async def _run(task_id="textcraft_synth.val.3", **kwargs):
     task = next(t for t in TEXTCRAFT.load_split("val") if t.id == task_id)
     policy = Recorder(RubricOracle(TEXTCRAFT.oracle([task])), **kwargs)
-    delegator = RubricDelegator(PolicyRubricWriter(policy), PolicyRubricScorer(policy))
+    launcher = FrozenRubricLauncher(PolicyRubricWriter(policy), PolicyRubricScorer(policy))
     tree = await run_rollout(task, policy, TEXTCRAFT.root_env(task), RuntimeConfig(sampling=TEXTCRAFT.sampling),
-                             delegator=delegator)
+                             launcher=launcher)
     return tree, policy
 
 
@@ -113,9 +113,9 @@ async def test_a_hanging_scorer_cannot_hang_the_rollout():
         async def score(self, rubric, child):
             await asyncio.sleep(3600)
 
-    delegator = RubricDelegator(PolicyRubricWriter(policy), Hanging())
+    launcher = FrozenRubricLauncher(PolicyRubricWriter(policy), Hanging())
     config = RuntimeConfig(sampling=TEXTCRAFT.sampling, policy_timeout_s=0.5)
-    tree = await run_rollout(task, policy, TEXTCRAFT.root_env(task), config, delegator=delegator)
+    tree = await run_rollout(task, policy, TEXTCRAFT.root_env(task), config, launcher=launcher)
     assert tree.root_success is True and "pending work timed out" in tree.error
     children = [n for n in tree.nodes.values() if n.parent_id is not None]
     assert children and all(c.rubric_score is None for c in children)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx2
@@ -15,9 +16,9 @@ from sera.testing.sabotage import SabotagedPolicy
 from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.rollout import run_rollout
-from sera.train.counterfactual import CounterfactualDelegator
-from sera.train.labels import JudgeLabeler, VerifierLabeler
-from sera.train.rubric_calls import PolicyRubricScorer, PolicyRubricWriter
+from sera.launchers.counterfactual import CounterfactualLauncher
+from sera.launchers.labels import JudgeLabeler, VerifierLabeler
+from sera.launchers.rubric_calls import PolicyRubricScorer, PolicyRubricWriter
 
 TEXTCRAFT = get_env("textcraft-synth")
 TEXTWORLD = get_env("textworld-sync")
@@ -28,15 +29,15 @@ def _task(env, task_id):
     return next(t for t in env.load_split(task_id.split(".")[1] if env is TEXTCRAFT else "test") if t.id == task_id)
 
 
-def _delegator(policy, labeler=None, **kwargs) -> CounterfactualDelegator:
-    return CounterfactualDelegator(
+def _launcher(policy, labeler=None, **kwargs) -> CounterfactualLauncher:
+    return CounterfactualLauncher(
         PolicyRubricWriter(policy), PolicyRubricScorer(policy), labeler or VerifierLabeler(), **kwargs
     )
 
 
-async def _collect(env, task, policy, delegator):
+async def _collect(env, task, policy, launcher):
     config = RuntimeConfig(sampling=env.sampling)
-    return await run_rollout(task, policy, env.root_env(task), config, delegator=delegator)
+    return await run_rollout(task, policy, env.root_env(task), config, launcher=launcher)
 
 
 @pytest.mark.parametrize("task_id", ["textcraft_synth.val.5", "textcraft_synth.val.3"])
@@ -45,7 +46,7 @@ async def test_parallel_launches_keep_each_others_work(task_id):
     reference's overwrite-commit the second commit erases the first child's crafts."""
     task = _task(TEXTCRAFT, task_id)
     policy = RubricOracle(TEXTCRAFT.oracle([task]))
-    tree = await _collect(TEXTCRAFT, task, policy, _delegator(policy))
+    tree = await _collect(TEXTCRAFT, task, policy, _launcher(policy))
     launches = [s for s in tree.root.steps if len(s.child_ids) >= 2]
     assert launches, "the oracle should launch children in parallel on this task"
     assert len(tree.fork_groups) == 2
@@ -63,14 +64,14 @@ async def test_overwriting_commit_would_lose_a_siblings_work(monkeypatch):
     task = _task(TEXTCRAFT, "textcraft_synth.val.5")
     policy = RubricOracle(TEXTCRAFT.oracle([task]))
     monkeypatch.setattr(CraftingWorld, "merge", lambda self, branch, base: (self.commit(branch), 0)[1])
-    tree = await _collect(TEXTCRAFT, task, policy, _delegator(policy))
+    tree = await _collect(TEXTCRAFT, task, policy, _launcher(policy))
     assert tree.root_success is False
 
 
 async def test_no_training_text_reaches_any_agent():
     task = _task(TEXTCRAFT, "textcraft_synth.val.1")
     policy = RubricOracle(SabotagedPolicy(TEXTCRAFT.oracle([task]), rate=0.3, seed=3, protocol="codeact"))
-    tree = await _collect(TEXTCRAFT, task, policy, _delegator(policy))
+    tree = await _collect(TEXTCRAFT, task, policy, _launcher(policy))
     assert tree.fork_groups
     for node in tree.nodes.values():
         for message in node.messages:
@@ -81,21 +82,27 @@ async def test_no_training_text_reaches_any_agent():
 async def test_copy_budget_caps_the_groups_of_a_rollout():
     task = _task(TEXTCRAFT, "textcraft_synth.val.1")
     policy = RubricOracle(TEXTCRAFT.oracle([task]))
-    one = await _collect(TEXTCRAFT, task, policy, _delegator(policy, max_envs=9))
+    one = await _collect(TEXTCRAFT, task, policy, _launcher(policy, max_envs=9))
     assert len(one.fork_groups) == 1 and one.counters["fork_groups_skipped_budget"] >= 1
-    none = await _collect(TEXTCRAFT, task, policy, _delegator(policy, max_envs=1))
+    none = await _collect(TEXTCRAFT, task, policy, _launcher(policy, max_envs=1))
     assert none.fork_groups == [] and none.counters.get("world_clones", 0) == 0
     assert none.root_success is True and one.root_success is True
-    delegator = _delegator(policy)
-    await _collect(TEXTCRAFT, task, policy, delegator)
-    with pytest.raises(RuntimeError, match="one root rollout"):
-        await _collect(TEXTCRAFT, task, policy, delegator)
+    # The budget is per root rollout: a launcher reused after a rollout ended starts afresh,
+    # and one shared by two concurrent rollouts is refused.
+    launcher = _launcher(policy, max_envs=9)
+    first = await _collect(TEXTCRAFT, task, policy, launcher)
+    second = await _collect(TEXTCRAFT, task, policy, launcher)
+    assert len(first.fork_groups) == len(second.fork_groups) == 1
+    with pytest.raises(RuntimeError, match="one root rollout at a time"):
+        await asyncio.gather(
+            _collect(TEXTCRAFT, task, policy, launcher), _collect(TEXTCRAFT, task, policy, launcher)
+        )
 
 
 async def test_branches_are_labelled_by_the_verifier_and_scored_by_one_rubric():
     task = _task(TEXTCRAFT, "textcraft_synth.val.1")
     policy = RubricOracle(SabotagedPolicy(TEXTCRAFT.oracle([task]), rate=0.4, seed=1, protocol="codeact"))
-    tree = await _collect(TEXTCRAFT, task, policy, _delegator(policy))
+    tree = await _collect(TEXTCRAFT, task, policy, _launcher(policy))
     assert tree.fork_groups
     for group in tree.fork_groups:
         assert group.rubric is not None and len(group.rubric_hash) == 64
@@ -136,7 +143,7 @@ async def test_textworld_branches_are_judged_eight_calls_per_group():
     task = next(t for t in TEXTWORLD.load_split("test") if t.difficulty == "easy")
     policy = RubricOracle(SabotagedPolicy(TEXTWORLD.oracle([task]), rate=0.3, seed=0, protocol="text"))
     requests: list[dict] = []
-    tree = await _collect(TEXTWORLD, task, policy, _delegator(policy, JudgeLabeler(_judge(requests))))
+    tree = await _collect(TEXTWORLD, task, policy, _launcher(policy, JudgeLabeler(_judge(requests))))
     assert 1 <= len(tree.fork_groups) <= 2
     assert len(requests) == 8 * len(tree.fork_groups) == tree.counters["judge_calls"]
     for group in tree.fork_groups:
@@ -153,7 +160,7 @@ async def test_textworld_parallel_dish_children_keep_each_others_work(overwrite,
     policy = RubricOracle(TEXTWORLD.oracle([task]))
     if overwrite:
         monkeypatch.setattr(SyncWorld, "merge", lambda self, branch, base: (self.commit(branch), 0)[1])
-    tree = await _collect(TEXTWORLD, task, policy, _delegator(policy, JudgeLabeler(_judge([]))))
+    tree = await _collect(TEXTWORLD, task, policy, _launcher(policy, JudgeLabeler(_judge([]))))
     assert max(len(s.child_ids) for s in tree.root.steps) >= 16  # two groups of 8 in one step
     assert tree.root_success is (not overwrite)
 
@@ -168,10 +175,10 @@ async def test_a_group_without_a_valid_rubric_spends_no_judge_call():
 
     agent = TEXTWORLD.oracle([task])
     requests: list[dict] = []
-    delegator = CounterfactualDelegator(
+    launcher = CounterfactualLauncher(
         PolicyRubricWriter(no_json), PolicyRubricScorer(no_json), JudgeLabeler(_judge(requests))
     )
-    tree = await _collect(TEXTWORLD, task, agent, delegator)
+    tree = await _collect(TEXTWORLD, task, agent, launcher)
     assert tree.fork_groups and requests == []
     for group in tree.fork_groups:
         assert group.rubric is None and group.rubric_error.startswith("invalid rubric")
