@@ -143,7 +143,7 @@ def data_textworld(
 
     if split not in SPLITS:
         _fail(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    count = write_tasks(out, load_split_specs(split))
+    count = write_tasks(load_split_specs(split), out)
     Console().print(f"wrote {count} {split} tasks to {out}")
 
 

@@ -89,6 +89,20 @@ def test_parent_sees_child_results_and_child_budget_is_capped(make_spec):
     assert children["Slice nothing"].verified_success is None  # no dish or ingredient named: not covered
 
 
+def test_child_budget_follows_the_runtime_config(make_spec):
+    task = _task(make_spec())
+    policy = ScriptedPolicy({
+        "Prepare": ['<delegate>{"goal": "Fetch the water for dish_1", "max_steps": 20}</delegate>', "<finish>ok</finish>"],
+        "Fetch the water": ["<finish>nothing to do</finish>"],
+    })
+    tree = _run(task, policy, max_calls_per_agent=7)
+    system = tree.root.messages[0].content
+    assert "at most 7 steps of its own" in system and "20 steps" not in system
+    child = tree.children(tree.root_id)[0]
+    assert child.budget == 7
+    assert "20 steps were requested; a subagent has at most 7" in tree.root.steps[0].observation
+
+
 def test_delegation_beyond_the_maximum_depth_is_refused_with_a_message(make_spec):
     task = _task(make_spec())
     policy = ScriptedPolicy({"Prepare": ['<delegate>{"goal": "do it"}</delegate>']})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sera.envs.textworld.generator import plan_dish
 from sera.envs.textworld.plan import plan_task
+from sera.envs.textworld.reference_plan import plan_dish
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.subtask import check_subtask
 from sera.envs.textworld.tasks import load_split_specs

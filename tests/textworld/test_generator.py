@@ -12,17 +12,10 @@ from sera.envs.textworld.bands import DIFFICULTY_BANDS, RUNTIME_BANDS, IntRange,
 from sera.envs.textworld.descriptions import COARSE_COOKBOOK
 from sera.envs.textworld.foods import fold_of, load_food_database
 from sera.envs.textworld.plan import plan_task
-from sera.envs.textworld.generator import (
-    TOOL_HANDLING_ACTIONS,
-    WAIT,
-    GenerationError,
-    door_actions,
-    generate_split,
-    generate_task,
-    min_actions,
-    plan_dish,
-    task_seed,
-)
+from sera.envs.textworld.actions import WAIT
+from sera.envs.textworld.generator import GenerationError, generate_split, generate_task, task_seed
+from sera.envs.textworld.plan import min_actions
+from sera.envs.textworld.reference_plan import TOOL_HANDLING_ACTIONS, door_actions, plan_dish
 from sera.envs.textworld.spec import (
     DIFFICULTIES,
     FAMILIES,

@@ -7,7 +7,8 @@ import json
 import pytest
 from _v9_rows import v9_manifest, v9_row, write_jsonl, write_manifest
 
-from sera.envs.textworld.generator import min_actions, plan_dish
+from sera.envs.textworld.plan import min_actions
+from sera.envs.textworld.reference_plan import plan_dish
 from sera.envs.textworld.reference_v9 import ReferenceFormatError, v9_row_to_spec
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.tasks import detect_format, load_task_specs, load_tasks

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sera.envs.textworld.spec import FAMILIES, SyncTaskSpec
-from sera.envs.textworld.task_file import TaskFileError
+from sera.envs.task_file import TaskFileError
 from sera.envs.textworld.tasks import detect_format, load_split, load_split_specs, load_task_specs, load_tasks, write_tasks
 
 
@@ -32,7 +32,7 @@ def _error(path) -> str:
 
 def test_write_then_read_round_trips_a_whole_split(tmp_path, dev_specs):
     path = tmp_path / "dev.jsonl"
-    assert write_tasks(path, dev_specs) == 200
+    assert write_tasks(dev_specs, path) == 200
     raw = path.read_bytes()
     assert raw.endswith(b"\n") and raw.count(b"\n") == 200
     assert detect_format(path) == "sera"
@@ -43,16 +43,16 @@ def test_write_then_read_round_trips_a_whole_split(tmp_path, dev_specs):
 def test_runtime_tasks_can_be_written_back(tmp_path):
     tasks = load_split("dev")[:3]
     path = tmp_path / "three.jsonl"
-    write_tasks(path, tasks)
+    write_tasks(tasks, path)
     assert load_tasks(path) == tasks
 
 
 def test_write_is_atomic_and_refuses_duplicates(tmp_path, dev_specs):
     path = tmp_path / "tasks.jsonl"
-    write_tasks(path, dev_specs[:2])
+    write_tasks(dev_specs[:2], path)
     before = path.read_bytes()
     with pytest.raises(ValueError, match="duplicate task id .*nothing was written"):
-        write_tasks(path, [dev_specs[0], dev_specs[1], dev_specs[0]])
+        write_tasks([dev_specs[0], dev_specs[1], dev_specs[0]], path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.jsonl"]  # no temporary file left
 
@@ -116,7 +116,7 @@ def test_duplicate_ids_and_stray_blank_lines_are_errors(tmp_path, dev_specs):
     rows = _rows(dev_specs[:2])
     path = tmp_path / "t.jsonl"
     _write_rows(path, [rows[0], rows[1], rows[0]])
-    assert _error(path) == f"{path} line 3 (task {dev_specs[0].task_id}): field task_id: duplicate id (first on line 1)"
+    assert _error(path) == f"{path} line 3: field task_id: duplicate id {dev_specs[0].task_id!r} (first on line 1)"
     path.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps(rows[1]) + "\n\n\n", encoding="utf-8")
     assert _error(path) == f"{path} line 2: blank line between rows"
     path.write_text(json.dumps(rows[0]) + "\n\n\n", encoding="utf-8")  # trailing blank lines are fine
@@ -137,7 +137,8 @@ def test_unrecognised_files_are_refused(tmp_path):
 def test_find_task_in_a_split_names_close_ids():
     from sera.envs.textworld.tasks import UnknownTaskError, find_task
 
-    task = find_task("dev", "cookingworld_multidish_dev_fork_join_easy_0007")
+    dev = load_split("dev")
+    task = find_task(dev, "cookingworld_multidish_dev_fork_join_easy_0007")
     assert task.id == "cookingworld_multidish_dev_fork_join_easy_0007"
     with pytest.raises(UnknownTaskError, match="did you mean 'cookingworld_multidish_dev_fork_join_easy_0007'"):
-        find_task("dev", "cookingworld_multidish_dev_fork_join_easy_007")
+        find_task(dev, "cookingworld_multidish_dev_fork_join_easy_007")

@@ -11,8 +11,8 @@ it (platoon's TextCraft forces "task" regardless). Every line ends
 with a newline, including the last. `write_tasks` reproduces the published files byte for
 byte.
 
-Reading is strict: the first problem raises `TaskFileError` naming the file, the 1-based line
-and the field, e.g.
+Reading is strict (the shared skeleton in `sera.envs.task_file`): the first problem raises
+`TaskFileError` naming the file, the 1-based line and the field, e.g.
 
     tasks.jsonl line 7: field misc.target_items: expected a non-empty {item: positive int} mapping, got []
 
@@ -33,20 +33,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from sera.envs.task_file import TaskFileError, read_jsonl_rows
 from sera.envs.textcraft.recipes import RecipeBook, default_recipe_book
 from sera.envs.textcraft.task_generator import DIFFICULTY_BANDS, ENV_NAME, gc_paused
 from sera.envs.textcraft.world import is_positive_int
 from sera.types import Task
 
 ROW_KEYS = ("goal", "id", "max_steps", "misc")
+"""Top-level keys of a row, in file order."""
 OPTIONAL_KEYS = ("fork_strategy",)
 """Accepted and ignored: SERA's copies of the files carry platoon's `fork_strategy` (TextCraft
 children never see ancestor goals either way)."""
-"""Top-level keys of a row, in file order."""
-
-
-class TaskFileError(ValueError):
-    """A task file or row is malformed; the message names file, line and field."""
 
 
 def task_to_row(task: Task) -> dict[str, Any]:
@@ -72,33 +69,10 @@ def load_tasks(path: str | Path, *, book: RecipeBook | None = None) -> list[Task
     path = Path(path)
     book = book or default_recipe_book()
     with gc_paused():
-        return _load(path, book)
-
-
-def _load(path: Path, book: RecipeBook) -> list[Task]:
-    lines = _read_lines(path)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise TaskFileError(f"{path}: contains no tasks")
-    tasks: list[Task] = []
-    first_line: dict[str, int] = {}
-    for line_no, text in enumerate(lines, start=1):
-        where = f"{path} line {line_no}"
-        if not text.strip():
-            raise TaskFileError(f"{where}: blank line between rows")
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise TaskFileError(f"{where}: invalid JSON: {err.msg} (column {err.colno})") from None
-        task = row_to_task(row, source=path, line_no=line_no, book=book)
-        if task.id in first_line:
-            raise TaskFileError(
-                f"{where}: field id: duplicate id {task.id!r} (first on line {first_line[task.id]})"
-            )
-        first_line[task.id] = line_no
-        tasks.append(task)
-    return tasks
+        return read_jsonl_rows(
+            path, lambda row, line_no: row_to_task(row, source=path, line_no=line_no, book=book),
+            id_of=lambda task: task.id, id_field="id",
+        )
 
 
 def row_to_task(row: Any, *, source: str | Path, line_no: int, book: RecipeBook | None = None) -> Task:
@@ -215,19 +189,6 @@ def _is_craft_step(step: Any) -> bool:
         and type(used) is dict
         and all(type(name) is str and type(n) is int and n > 0 for name, n in used.items())
     )
-
-
-def _read_lines(path: Path) -> list[str]:
-    data = path.read_bytes()  # a missing file stays a FileNotFoundError, not a format error
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line_no = data.count(b"\n", 0, err.start) + 1
-        raise TaskFileError(f"{path} line {line_no}: not UTF-8 text") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last row; it does not start another
-    return [line.removesuffix("\r") for line in lines]
 
 
 def _got(container: dict[str, Any], key: str) -> str:

@@ -95,8 +95,6 @@ def load_split(split: Split) -> list[Task]:
     return load_tasks(path)
 
 
-
-
 def _check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")

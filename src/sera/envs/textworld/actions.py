@@ -94,16 +94,15 @@ class Rules:
         door = spec.door
         exclusive = frozenset(t.name for t in spec.tools if t.exclusive)
         fixed = [Command(LOOKUPS[a], text=a) for a in LOOKUP_ACTIONS]
-        fixed += [Command("go", room, text=f"go to {room}") for room in spec.rooms]
+        fixed += [Command("go", room, text=go_command(room)) for room in spec.rooms]
         fixed += [Command("move", d, text=f"move {d}") for d in DIRECTIONS]
-        fixed += [Command("open_door", text="open door")] if door is not None else []
+        fixed += [Command("open_door", text=OPEN_DOOR)] if door is not None else []
         tools = []
         for tool in ("knife", *HEAT_TOOLS):
             if tool in exclusive:
-                grab, give = ("take", "put") if tool == "knife" else ("claim", "release")
                 verbs = ("take_tool", "put_tool") if tool == "knife" else ("claim", "release")
-                tools += [Command(verbs[0], tool, text=f"{grab} {tool}"),
-                          Command(verbs[1], tool, text=f"{give} {tool}")]
+                tools += [Command(verbs[0], tool, text=take_tool_command(tool)),
+                          Command(verbs[1], tool, text=put_tool_command(tool))]
         names = [i.name for d in spec.dishes for i in d.ingredients] + [x.name for x in spec.distractors]
         return cls(
             spec=spec,
@@ -116,11 +115,13 @@ class Rules:
             fixed_commands=tuple(fixed),
             tool_commands=tuple(tools),
             meal_commands=tuple(
-                Command(verb, d.dish_id, text=f"{verb} {d.dish_id}") for d in spec.dishes for verb in ("prepare", "eat")
+                Command(verb, d.dish_id, text=meal_command(verb, d.dish_id))
+                for d in spec.dishes
+                for verb in ("prepare", "eat")
             ),
             item_commands={
                 n: (
-                    Command("take", n, text=f"take {n}"),
+                    Command("take", n, text=take_command(n)),
                     Command("drop", n, text=f"drop {n}"),
                     tuple(Command("cut", n, v, f"{v} {n}") for v in CUT_VERBS)
                     + tuple(Command("cook", n, t, cook_text(n, t)) for t in HEAT_TOOLS),
@@ -130,12 +131,52 @@ class Rules:
         )
 
 
-_WAIT = Command("wait", text="wait")
+WAIT = "wait"
+"""An idle shared step (changes nothing): lets an agent sit out a tool's cooldown."""
+OPEN_DOOR = "open door"
+"""Opens the task's door."""
+_WAIT = Command("wait", text=WAIT)
 
 
 def normalise(text: str) -> str:
     """Lower-case, trimmed, single-spaced."""
     return " ".join(text.lower().split())
+
+
+def go_command(room: str) -> str:
+    """`go to pantry`."""
+    return f"go to {room}"
+
+
+def take_command(item: str) -> str:
+    """`take red apple` (a food; the knife is `take_tool_command`)."""
+    return f"take {item}"
+
+
+def meal_command(verb: str, dish_id: str) -> str:
+    """`prepare dish_1` or `eat dish_1`."""
+    return f"{verb} {dish_id}"
+
+
+def take_tool_command(tool: str) -> str:
+    """How an agent gets hold of an exclusive tool: `take knife`, or `claim stove` for a heat
+    tool (a station, which is claimed where it stands rather than carried)."""
+    return f"take {tool}" if tool == "knife" else claim_command(tool)
+
+
+def put_tool_command(tool: str) -> str:
+    """How an agent gives an exclusive tool back: `put knife`, or `release stove`."""
+    return f"put {tool}" if tool == "knife" else release_command(tool)
+
+
+def claim_command(station: str) -> str:
+    """`claim stove` (heat tools only)."""
+    return f"claim {station}"
+
+
+def release_command(station: str) -> str:
+    """`release stove` (heat tools only)."""
+    return f"release {station}"
 
 
 def cook_text(item: str, tool: str) -> str:
@@ -164,7 +205,7 @@ def parse(text: str) -> Command:
     cmd = normalise(text)
     if cmd in LOOKUPS:
         return Command(LOOKUPS[cmd], text=cmd)
-    if cmd in ("open door", "wait"):
+    if cmd in (OPEN_DOOR, WAIT):
         return Command(cmd.replace(" ", "_"), text=cmd)
     head, _, rest = cmd.partition(" ")
     if not rest:
@@ -209,7 +250,7 @@ def tool_wait(rules: Rules, state: WorldState, tool: str) -> int:
 def _tool_problem(rules: Rules, state: WorldState, agent: str, tool: str) -> str | None:
     if tool in rules.exclusive:
         holder = state.tool_holder.get(tool)
-        how = "take knife" if tool == "knife" else f"claim {tool}"
+        how = take_tool_command(tool)
         if holder is None:
             return f"the {tool} is unique: '{how}' in the kitchen first"
         if holder != agent:
@@ -409,10 +450,10 @@ def valid_actions(rules: Rules, state: WorldState, agent: str) -> list[str]:
 def command_universe(rules: Rules) -> list[str]:
     """Every command text that could ever be valid in this task (for exhaustive tests)."""
     names = [i.name for d in rules.spec.dishes for i in d.ingredients] + [x.name for x in rules.spec.distractors]
-    out = list(LOOKUP_ACTIONS) + [f"go to {r}" for r in rules.rooms] + [f"move {d}" for d in DIRECTIONS]
-    out += ["open door", "take knife", "put knife"] + [f"{v} {t}" for t in HEAT_TOOLS for v in ("claim", "release")]
+    out = list(LOOKUP_ACTIONS) + [go_command(r) for r in rules.rooms] + [f"move {d}" for d in DIRECTIONS]
+    out += [OPEN_DOOR] + [f(t) for t in ("knife", *HEAT_TOOLS) for f in (take_tool_command, put_tool_command)]
     for name in names:
-        out += [f"take {name}", f"drop {name}"] + [f"{v} {name}" for v in CUT_VERBS]
+        out += [take_command(name), f"drop {name}"] + [f"{v} {name}" for v in CUT_VERBS]
         out += [cook_text(name, t) for t in HEAT_TOOLS]
-    out += [f"{v} {d}" for d in rules.dishes for v in ("prepare", "eat")]
-    return out + ["wait"]
+    out += [meal_command(v, d) for d in rules.dishes for v in ("prepare", "eat")]
+    return out + [WAIT]

@@ -18,13 +18,11 @@ from sera.envs.textworld.scorer import score
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.subtask import check_subtask
 from sera.envs.textworld.world import SyncWorld
+from sera.counters import Counter
 from sera.runtime.agent_env import Outcome, Verdict
-from sera.runtime.delegation import ForkPoint
-from sera.runtime.rollout import ChildResult, EnvFactory, NodeHandle
+from sera.runtime.delegation import ChildResult, EnvFactory, ForkPoint, NodeHandle
 from sera.types import Action, Message, Task
 
-CHILD_BUDGET_CAP = 20
-"""A child's budget of steps is what its parent asked for, at most this (and the runtime's cap)."""
 CHILD_TOOLS = "TextWorld environment actions, inventory lookup, finish, and delegate"
 """A child's tools, in words (shown to rubric writers)."""
 CHILD_OBSERVATION_CHARS = 1200
@@ -56,7 +54,7 @@ class TextWorldAgentEnv:
             depth=self.handle.depth,
             max_depth=self.handle.max_depth,
             budget=self.handle.node.budget,
-            child_budget=CHILD_BUDGET_CAP,
+            child_budget=self.handle.max_child_budget,
         )
 
     def parse(self, reply: str) -> Action:
@@ -81,7 +79,7 @@ class TextWorldAgentEnv:
         if action.tag == "delegate":
             return await self._delegate(step_number, action)
         result = await self.world.astep(self.agent_id, action.body)
-        self.handle.count("world_actions")
+        self.handle.count(Counter.WORLD_ACTIONS)
         text = result.observation if result.error is None else f"Error: {result.error}\n\n{result.observation}"
         self._last_observation = result.observation
         if result.done:
@@ -129,7 +127,7 @@ class TextWorldAgentEnv:
                 self.handle.launch(
                     g.goal,
                     env_on(self.world),
-                    budget=min(g.max_steps or CHILD_BUDGET_CAP, CHILD_BUDGET_CAP),
+                    budget=g.max_steps,  # the runtime's one rule caps it (`RuntimeConfig.child_budget`)
                     fork=fork,
                 )
                 for g in goals
@@ -185,4 +183,4 @@ def root_env_factory(task: Task) -> EnvFactory:
     return make_root
 
 
-__all__ = ["CHILD_BUDGET_CAP", "TextWorldAgentEnv", "root_env_factory"]
+__all__ = ["TextWorldAgentEnv", "root_env_factory"]

@@ -1,4 +1,4 @@
-"""Generate TextWorld-Sync tasks (paper §3.2.6) and plan the reference action sequence of each dish.
+"""Generate TextWorld-Sync tasks (paper §3.2.6).
 
 Splits, seeds and ids: `bands.split_slots` (test 1,400, train 1,500, dev 200). Recipes come from
 the food database fold train / valid / test (dev reads valid).
@@ -20,14 +20,14 @@ retries with `seed + attempt * 1000003`, 128 attempts at most), in this draw ord
    room i, so no extra room is empty; the others lie at a uniform choice among their candidate
    sources and the extra rooms;
 5. the shared budget: uniform in `[max(lo, min_actions), hi]` of the runtime band; a task whose
-   `min_actions` exceeds `hi` is an invalid draw. The band is shifted up by the reference plan's
+   `min_actions` (`plan.py`) exceeds `hi` is an invalid draw. The band is shifted up by the reference plan's
    exclusive-tool actions (`take/put knife`, `claim/release stove`: conflict family only, 0
    elsewhere). The paper's conflict tools were metadata only; ours cost real actions, and
    without the shift extreme conflict tasks (median min_actions 89 > 80) are almost never
    valid. `parallelism.budget_band` records the band used.
 
-`plan_dish` is the reference plan the scripted oracle follows; `min_actions` counts its shared
-actions (rules in `plan_dish`'s docstring).
+The reference plan the scripted oracle follows is `reference_plan.plan_dish`; `plan.min_actions`
+counts its shared actions once divided among agents.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from sera.envs.textworld.bands import (
     split_slots,
     task_seed,
 )
-from sera.envs.textworld.actions import cook_command, cut_command, parse
 from sera.envs.textworld.descriptions import VIEW_BY_DIFFICULTY, describe, family_sentence
 from sera.envs.textworld.foods import FoodDatabase, Preparation, RecipeFood, fold_of, load_food_database
+from sera.envs.textworld.plan import PlanError, plan_task
+from sera.envs.textworld.reference_plan import TOOL_HANDLING_ACTIONS
 from sera.envs.textworld.spec import (
     ROOMS,
-    TOOL_FOR_COOKING,
     DishSpec,
     DistractorSpec,
     DoorSpec,
@@ -61,20 +61,14 @@ from sera.envs.textworld.spec import (
 )
 
 __all__ = [
-    "SPLITS", "TOOL_HANDLING_ACTIONS", "WAIT", "GenerationError", "Generated", "TaskSlot", "cook_action",
-    "cut_action", "door_actions", "effective_capacity", "generate_slot", "generate_split", "generate_task",
-    "min_actions", "parallelism", "plan_dish", "split_slots", "task_seed",
+    "SPLITS", "GenerationError", "Generated", "TaskSlot", "generate_slot", "generate_split", "generate_task",
+    "parallelism", "split_slots", "task_seed",
 ]
 
 MAX_ATTEMPTS = 128
 ATTEMPT_STRIDE = 1000003
 BASE_ROOMS = 4
 """Rooms every task has (kitchen, pantry, garden, supermarket): all ingredient sources lie there."""
-WAIT = "wait"
-"""An idle shared step (a world command that changes nothing); the plan uses it only to sit out
-a tool's cooldown."""
-TOOL_HANDLING_ACTIONS: tuple[str, ...] = ("take knife", "put knife", "claim stove", "release stove")
-"""Exclusive-tool actions (conflict family); the budget band is shifted by their count (below)."""
 
 
 class GenerationError(RuntimeError):
@@ -170,8 +164,6 @@ def _draw(slot: TaskSlot, db: FoodDatabase, rng: random.Random) -> SyncTaskSpec:
         description_view=VIEW_BY_DIFFICULTY[slot.difficulty], descriptions=describe(dishes, sentence),
         family_sentence=sentence, hierarchy=hierarchy,
     )
-    from sera.envs.textworld.plan import PlanError, plan_task  # plan builds on this module
-
     try:
         plan = plan_task(spec)
     except PlanError as exc:
@@ -286,147 +278,3 @@ def parallelism(spec: SyncTaskSpec, budget: int, sequential: int) -> dict[str, o
         "hierarchy_depth": 2 if family.hierarchical else 1,
         "shared_environment_max_steps": budget,
     }
-
-
-# --- the reference plan ---------------------------------------------------------------------
-
-
-def effective_capacity(spec: SyncTaskSpec) -> int | None:
-    """Unready items one agent may hold: the lower of its own and the shared capacity (None = no limit)."""
-    caps = [c for c in (spec.agent_inventory_capacity, spec.shared_inventory_capacity) if c is not None]
-    return min(caps) if caps else None
-
-
-def door_actions(spec: SyncTaskSpec) -> list[str]:
-    """`["open door"]` when a needed ingredient lies in a locked room or belongs to a locked dish."""
-    door = spec.door
-    if door is None:
-        return []
-    locked = any(
-        i.room in door.locks_rooms or d.dish_id in door.locks_dishes for d in spec.dishes for i in d.ingredients
-    )
-    return ["open door"] if locked else []
-
-
-def cut_action(ing: IngredientSpec) -> str:
-    """`slice red apple`."""
-    return cut_command(ing.name, ing.cut)
-
-
-def cook_action(ing: IngredientSpec) -> str:
-    """`cook red apple in oven` (fried: stove, roasted: oven, grilled: grill)."""
-    return cook_command(ing.name, ing.cook)
-
-
-def plan_dish(spec: SyncTaskSpec, dish_id: str) -> list[str]:
-    """The reference plan of one dish, for its own agent starting and ending in the kitchen.
-
-    1. Conflict family (exclusive knife) and the dish needs a cut: `take knife` first.
-    2. Ingredients outside the kitchen, by room in `spec.rooms` order, within a room those that
-       need no cooking first (then dish order): `go to <room>` on entering, `take <item>`, then
-       its cut at once if it needs one. An item that needs cooking stays held; when the agent
-       holds `effective_capacity` such items and more items remain outside, it goes to the
-       kitchen, cooks them, and goes back (`go to <room>` of the next item).
-    3. `go to kitchen` (if away), cook what it holds (order: see Cooldowns).
-    4. Kitchen ingredients, in dish order: take, cut, cook.
-    5. `prepare <dish>`, `eat <dish>`.
-    Exclusive tools (conflict): `put knife` right after the last cut, or on the next arrival in
-    the kitchen if that cut happened elsewhere; `claim stove` right before the first stove
-    cooking and `release stove` right after the last one (both in the kitchen).
-    Cooldowns: a held batch is cooked alternating tools where possible; a tool use that would
-    still fall in the cooldown of this agent's previous use of that tool gets `wait`s before it
-    (with cooldowns of at most 1 this only happens for two held items cooked with the same tool).
-    """
-    dish = next((d for d in spec.dishes if d.dish_id == dish_id), None)
-    if dish is None:
-        raise KeyError(f"task {spec.task_id} has no dish {dish_id!r}")
-    cap = effective_capacity(spec)
-    away = sorted((i for i in dish.ingredients if i.room != "kitchen"), key=lambda i: (spec.rooms.index(i.room), i.cook != "raw"))
-    plan: list[str] = []
-    held: list[IngredientSpec] = []
-    here = "kitchen"
-    for n, item in enumerate(away):
-        if here != item.room:
-            plan.append(f"go to {item.room}")
-            here = item.room
-        plan.append(f"take {item.name}")
-        if item.cut != "uncut":
-            plan.append(cut_action(item))
-        if item.cook != "raw":
-            held.append(item)
-            if cap is not None and len(held) >= cap and n + 1 < len(away):
-                plan += ["go to kitchen", *(cook_action(i) for i in _alternate_tools(held))]
-                held, here = [], "kitchen"
-    if here != "kitchen":
-        plan.append("go to kitchen")
-    plan += [cook_action(i) for i in _alternate_tools(held)]
-    for item in (i for i in dish.ingredients if i.room == "kitchen"):
-        plan.append(f"take {item.name}")
-        plan += [cut_action(item)] if item.cut != "uncut" else []
-        plan += [cook_action(item)] if item.cook != "raw" else []
-    plan = _with_cooldown_waits(spec, _with_exclusive_tools(spec, plan))
-    return [*plan, f"prepare {dish_id}", f"eat {dish_id}"]
-
-
-def _alternate_tools(items: list[IngredientSpec]) -> list[IngredientSpec]:
-    """Cooking order of a held batch: never the same tool twice in a row when avoidable
-    (cooldowns); at each step the tool with most items left that differs from the last one."""
-    queues: dict[str, list[IngredientSpec]] = {}
-    for item in items:
-        queues.setdefault(TOOL_FOR_COOKING[item.cook], []).append(item)
-    order: list[IngredientSpec] = []
-    last = ""
-    while len(order) < len(items):
-        ranked = sorted((t for t in queues if queues[t]), key=lambda t: (t == last, -len(queues[t]), t))
-        last = ranked[0]
-        order.append(queues[last].pop(0))
-    return order
-
-
-def _tool_of(action: str) -> str | None:
-    cmd = parse(action)
-    return "knife" if cmd.verb == "cut" else cmd.detail if cmd.verb == "cook" else None
-
-
-def _with_cooldown_waits(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
-    """A `wait` (one idle shared step) before a tool use that would fall in the tool's cooldown
-    after this agent's own previous use of it."""
-    out: list[str] = []
-    last_use: dict[str, int] = {}
-    for action in plan:
-        tool = _tool_of(action)
-        if tool is not None:
-            while tool in last_use and len(out) - last_use[tool] <= spec.tool(tool).cooldown_steps:
-                out.append(WAIT)
-            last_use[tool] = len(out)
-        out.append(action)
-    return out
-
-
-def _with_exclusive_tools(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
-    out = list(plan)
-    if spec.tool("stove").exclusive:
-        stove = [k for k, a in enumerate(out) if _tool_of(a) == "stove"]
-        if stove:
-            out.insert(stove[-1] + 1, "release stove")
-            out.insert(stove[0], "claim stove")
-    if spec.tool("knife").exclusive:
-        cuts = [k for k, a in enumerate(out) if _tool_of(a) == "knife"]
-        if cuts:
-            here, put_at = "kitchen", None
-            for k, action in enumerate(out):
-                here = action[len("go to ") :] if action.startswith("go to ") else here
-                if k >= cuts[-1] and here == "kitchen":
-                    put_at = k + 1
-                    break
-            out.insert(put_at if put_at is not None else len(out), "put knife")
-            out.insert(0, "take knife")
-    return out
-
-
-def min_actions(spec: SyncTaskSpec) -> int:
-    """Shared actions of the oracle's plan: the door (if needed) plus every dish's reference plan,
-    plus tool handovers where a dish must be divided among agents (`plan.plan_task`)."""
-    from sera.envs.textworld.plan import plan_task  # plan builds on this module
-
-    return plan_task(spec).action_count

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 
+from sera.envs.textworld.actions import WAIT, parse
 from sera.envs.textworld.plan import TaskPlan, plan_task
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.runtime.policy import Completion, SamplingParams
@@ -97,7 +98,7 @@ def _child_reply(goal: str, messages: list[Message]) -> str:
     if len(delegated) < len(parts) - 1:
         part = parts[len(delegated)]
         dish = re.search(r"dish_\d+", goal)
-        taken = [a[len("take "):] for a in part if a.startswith("take ") and a != "take knife"]
+        taken = [cmd.arg for cmd in map(parse, part) if cmd.verb == "take"]  # foods, not the knife
         sub_goal = (
             f"Make these ingredients of {dish.group(0) if dish else 'the dish'} ready on the counter: "
             f"{', '.join(taken)}.\nPlan: {'; '.join(part)}"
@@ -112,7 +113,7 @@ def _next_action(actions: list[str], messages: list[Message]) -> str:
         return "<finish>Done: every command of my plan was carried out.</finish>"
     command = actions[done]
     valid = _valid_actions(messages[-1].content)
-    if command != "wait" and valid is not None and command not in valid:
+    if command != WAIT and valid is not None and command not in valid:
         return "<action>look around</action>"  # free: wait for a sibling's tool or slot
     return f"<action>{command}</action>"
 

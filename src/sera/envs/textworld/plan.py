@@ -1,7 +1,8 @@
 """The oracle's plan of a TextWorld-Sync task: who takes which of the reference actions.
 
-The actions are the generator's reference plan (`generator.door_actions` and `plan_dish`), whose
-length sets every task's shared budget, so the oracle uses exactly the budgeted actions. This
+The actions are the reference plan (`reference_plan.door_actions` and `plan_dish`); the length
+of this module's division of them (`min_actions`) sets every generated task's shared budget, so
+the oracle uses exactly the budgeted actions. This
 module only assigns them to agents: the root opens the door, then one child per dish. A dish
 whose actions do not fit one agent's budget of steps is cut into parts at *safe points* (the
 agent is in the kitchen, holds no exclusive tool and no half-prepared ingredient); the dish's
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sera.envs.textworld.actions import parse
-from sera.envs.textworld.generator import door_actions, plan_dish
+from sera.envs.textworld.actions import parse, put_tool_command, take_tool_command
+from sera.envs.textworld.reference_plan import door_actions, plan_dish
 from sera.envs.textworld.spec import SyncTaskSpec
 
 AGENT_STEPS = 20
@@ -67,6 +68,12 @@ def plan_task(spec: SyncTaskSpec) -> TaskPlan:
     return TaskPlan(door_actions(spec), dishes, concurrent)
 
 
+def min_actions(spec: SyncTaskSpec) -> int:
+    """Shared actions of the oracle's plan: the door (if needed) plus every dish's reference plan,
+    plus tool handovers where a dish must be divided among agents."""
+    return plan_task(spec).action_count
+
+
 def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[str]]:
     """Fewest parts that fit: every part but the last ends at a safe point.
 
@@ -80,7 +87,7 @@ def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[st
     parts: list[list[str]] = []
     start, carried = 0, frozenset[str]()
     while True:
-        pickup = [_TAKE[t] for t in sorted(carried)]
+        pickup = [take_tool_command(t) for t in sorted(carried)]
         # The dish's own agent: one delegation per earlier part, its actions, one finish reply.
         if len(parts) + len(pickup) + (len(actions) - start) + 1 <= AGENT_STEPS:
             return parts + [pickup + actions[start:]]
@@ -96,12 +103,8 @@ def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[st
             )
         # The furthest end; among equals, one that needs no tool handover.
         end, held = max(fitting, key=lambda p: (p[0], -len(p[1])))
-        parts.append(pickup + actions[start:end] + [_RETURN[t] for t in sorted(held)])
+        parts.append(pickup + actions[start:end] + [put_tool_command(t) for t in sorted(held)])
         start, carried = end, held
-
-
-_TAKE = {"knife": "take knife", "stove": "claim stove", "oven": "claim oven", "grill": "claim grill"}
-_RETURN = {"knife": "put knife", "stove": "release stove", "oven": "release oven", "grill": "release grill"}
 
 
 def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, frozenset[str]]]:

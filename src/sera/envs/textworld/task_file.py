@@ -3,8 +3,9 @@
 Writing is atomic (a temporary file in the same folder, then a rename), so a reader never sees
 half a file, and an interrupted write leaves the old file intact. Every line ends with a newline.
 
-Reading is strict: the first problem raises `TaskFileError` naming the file, the 1-based line,
-the task id (when the row has one) and the field, e.g.
+Reading is strict (the shared skeleton in `sera.envs.task_file`): the first problem raises
+`TaskFileError` naming the file, the 1-based line, the task id (when the row has one) and the
+field, e.g.
 
     tasks.jsonl line 7 (task cookingworld_multidish_test_conflict_hard_0003): field family:
     unknown family 'fork-joinn'; allowed: fork_join, critical_path, ...
@@ -17,9 +18,7 @@ line followed by more rows is an error.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,14 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sera.envs.task_file import TaskFileError, line_label, read_jsonl_rows
 from sera.envs.textworld.spec import DIFFICULTIES, FAMILIES, SyncTaskSpec
 from sera.types import Task
-
-_TASK_ID = re.compile(r'"task_id"\s*:\s*"([^"\\]*)"')
-
-
-class TaskFileError(ValueError):
-    """A task file or row is malformed; the message names file, line, task id and field."""
 
 
 def spec_to_line(spec: SyncTaskSpec) -> str:
@@ -42,7 +36,7 @@ def spec_to_line(spec: SyncTaskSpec) -> str:
     return spec.model_dump_json() + "\n"
 
 
-def write_task_file(path: str | Path, specs: Iterable[SyncTaskSpec | Task]) -> int:
+def write_task_file(specs: Iterable[SyncTaskSpec | Task], path: str | Path) -> int:
     """Write specs (or runtime tasks carrying one) atomically; returns the number written.
 
     Duplicate task ids are refused before anything is written.
@@ -78,49 +72,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def read_task_file(path: str | Path) -> list[SyncTaskSpec]:
     """Read and validate our JSONL; `TaskFileError` at the first problem."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise TaskFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    lines = text.split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise TaskFileError(f"{path}: contains no tasks")
-    specs: list[SyncTaskSpec] = []
-    first_line: dict[str, int] = {}
-    for line_no, line in enumerate(lines, start=1):
-        spec = parse_line(line, path=path, line_no=line_no)
-        if spec.task_id in first_line:
-            raise TaskFileError(
-                f"{_where(path, line_no, spec.task_id)}: field task_id: duplicate id "
-                f"(first on line {first_line[spec.task_id]})"
-            )
-        first_line[spec.task_id] = line_no
-        specs.append(spec)
-    return specs
-
-
-def parse_line(line: str, *, path: str | Path, line_no: int) -> SyncTaskSpec:
-    """Validate one line of our format."""
-    if not line.strip():
-        raise TaskFileError(f"{path} line {line_no}: blank line between rows")
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        found = _TASK_ID.search(line)
-        task = f" (task {found.group(1)})" if found else ""
-        raise TaskFileError(f"{path} line {line_no}{task}: invalid JSON: {err.msg} (column {err.colno})") from None
-    return parse_row(row, path=path, line_no=line_no)
+    return read_jsonl_rows(
+        path, lambda row, line_no: parse_row(row, path=path, line_no=line_no),
+        id_of=lambda spec: spec.task_id, id_field="task_id",
+    )
 
 
 def parse_row(row: Any, *, path: str | Path, line_no: int) -> SyncTaskSpec:
     """Validate one parsed row of our format."""
     if not isinstance(row, dict):
-        raise TaskFileError(f"{path} line {line_no}: expected a JSON object, got {_show(row)}")
+        raise TaskFileError(f"{line_label(path, line_no)}: expected a JSON object, got {_show(row)}")
     task_id = row.get("task_id")
-    where = _where(path, line_no, task_id if isinstance(task_id, str) and task_id else None)
+    where = line_label(path, line_no, task_id if isinstance(task_id, str) and task_id else None)
     if not isinstance(task_id, str) or not task_id.strip():
         raise TaskFileError(f"{where}: field task_id: expected a non-empty string, got {_got(row, 'task_id')}")
     for field, allowed in (("family", FAMILIES), ("difficulty", DIFFICULTIES)):
@@ -150,10 +113,6 @@ def dotted(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
-
-
-def _where(path: str | Path, line_no: int, task_id: str | None) -> str:
-    return f"{path} line {line_no}" + (f" (task {task_id})" if task_id else "")
 
 
 def _got(row: dict[str, Any], key: str) -> str:

@@ -1,10 +1,12 @@
 """TextWorld-Sync tasks: the splits, task files in any supported format, and lookup by id.
 
+
 - `load_split("train" | "dev" | "test")`: generated deterministically by `generator` (1,500 /
   200 / 1,400 tasks, about a second each), memoised per process.
 - `load_tasks(path)`: our JSONL (`task_file`), the reference V9 JSONL or a V9 manifest
   (`reference_v9`); the format is detected from the content, not the file name.
-- `write_tasks(path, specs)`: our JSONL, atomically.
+- `write_tasks(specs, path)`: our JSONL, atomically (argument order as TextCraft's).
+- `find_task(tasks, task_id)`: the shared lookup (`sera.envs.task_lookup`).
 Every `Task` is `SyncTaskSpec.to_task()`; `SyncTaskSpec.from_task(task)` gives the spec back.
 """
 
@@ -20,8 +22,7 @@ from sera.envs.textworld.generator import SPLITS, generate_split
 from sera.envs.textworld.reference_v9 import is_v9_manifest, is_v9_row, read_v9_jsonl, read_v9_manifest
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.task_file import read_task_file, write_task_file
-from sera.envs.task_lookup import UnknownTaskError
-from sera.envs.task_lookup import find_task as find_in
+from sera.envs.task_lookup import UnknownTaskError, find_task
 from sera.types import Task
 
 __all__ = [
@@ -104,11 +105,6 @@ def load_tasks(path: str | Path) -> list[Task]:
     return [spec.to_task() for spec in load_task_specs(path)]
 
 
-def write_tasks(path: str | Path, specs: Iterable[SyncTaskSpec | Task]) -> int:
+def write_tasks(specs: Iterable[SyncTaskSpec | Task], path: str | Path) -> int:
     """Write our JSONL atomically; returns the number of tasks written."""
-    return write_task_file(path, specs)
-
-
-def find_task(split: str, task_id: str) -> Task:
-    """The task of a split with this id; `UnknownTaskError` suggests close ids."""
-    return find_in(_split_tasks(split), task_id)
+    return write_task_file(specs, path)
