@@ -16,7 +16,7 @@ from sera.judge.parse import parse_judgement
 from sera.types import Action, AgentNode, Message, Step
 
 BASE = "http://judge.test/v1"
-FAST = {"max_retries": 2, "backoff": (0.001, 0.002)}
+FAST = {"max_retries": 2, "backoff_s": (0.001, 0.002)}
 
 
 def reply(text, prompt_tokens=100, completion_tokens=20):
@@ -227,7 +227,7 @@ async def test_endpoint_down_returns_invalid_judgement_not_exception():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     acc = Accounting()
-    client = JudgeClient(f"http://127.0.0.1:{port}/v1", "kimi", max_retries=1, backoff=(0.001, 0.001),
+    client = JudgeClient(f"http://127.0.0.1:{port}/v1", "kimi", max_retries=1, backoff_s=(0.001, 0.001),
                          accounting=acc)
     out = await client.judge_child("Fetch", "steps", "state")
     assert not out.valid and "endpoint_down" in out.error

@@ -20,7 +20,8 @@ import httpx2
 import pytest
 
 from sera.policy.errors import SamplerError
-from sera.policy.openai_sampler import OpenAISampler, RetryPolicy
+from sera.policy.openai_http import HttpSettings
+from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.vllm_server import VLLMServer
 from sera.runtime.policy import SamplingParams
 from sera.types import Message
@@ -303,12 +304,12 @@ async def test_concurrency_limit_is_respected():
 
 
 def test_backoff_is_exponential_capped_and_jittered():
-    policy = RetryPolicy(max_retries=5, backoff_s=(1.0, 8.0))
+    policy = HttpSettings(max_retries=5, backoff_s=(1.0, 8.0))
     for k, ceiling in enumerate([1, 2, 4, 8, 8]):
         delays = {policy.delay(k) for _ in range(20)}
         assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
     with pytest.raises(ValueError, match="backoff_s"):
-        RetryPolicy(backoff_s=(5.0, 1.0))
+        HttpSettings(backoff_s=(5.0, 1.0))
 
 
 # -- the local server launcher (with a stand-in for vLLM's entry point) -----------------------

@@ -3,8 +3,9 @@
 `judge_child` labels a child agent's trajectory as success or failure against its assigned
 goal; `complete_json` sends any other request whose reply must be a JSON object (rubric writing
 or scoring by an external model in ablations). Both:
-- retry 5xx, timeouts and dropped connections with capped exponential backoff (the reference:
-  2 retries, min(2^k, 8) s for the judge; 5 retries, min(2^k, 30) s for rubric calls);
+- go through `sera.policy.openai_http`: 5xx, timeouts and dropped connections are retried with
+  capped exponential backoff within a total time budget (`http=`, default `JUDGE_HTTP`: the
+  reference's 2 retries, min(2^k, 8) s; its rubric calls used 5 retries, min(2^k, 30) s);
 - hold at most `max_concurrency` requests in flight;
 - read replies from a disk cache when one is configured (only usable replies are stored);
 - count every call in the run's `Accounting`: answered calls with their tokens, failures by
@@ -15,13 +16,11 @@ or scoring by an external model in ablations). Both:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx2
-import openai
 from pydantic import Field
 
 from sera.accounting import Accounting
@@ -29,7 +28,8 @@ from sera.judge.cache import CachedReply, ReplyCache, request_key
 from sera.judge.parse import ReplyParseError, extract_json_object, parse_judgement
 from sera.judge.prompts import build_judge_messages, render_trajectory
 from sera.policy.errors import SamplerError
-from sera.policy.openai_sampler import CallStats, RetryPolicy, call_with_retries, decode_json_body, read_chat_reply
+from sera.policy.openai_http import CallStats, HttpSettings, OpenAIEndpoint
+from sera.policy.openai_replies import read_chat_reply
 from sera.types import AgentNode, Message, Record, Usage
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,9 @@ KIMI_JUDGE_EXTRA_BODY: dict[str, Any] = {
 }
 """The paper's judge settings sent in `extra_body` to a Kimi endpoint (sera-spec §5.3); pass as
 `extra_body=` when the server understands them."""
+
+JUDGE_HTTP = HttpSettings(max_retries=2, backoff_s=(1.0, 8.0))
+"""The judge's default timeouts and retries: the reference's 2 retries, min(2^k, 8) s apart."""
 
 
 class Judgement(Record):
@@ -97,10 +100,10 @@ class JudgeClient:
         model: str,
         *,
         api_key: str = "EMPTY",
-        max_retries: int = 2,
-        backoff: tuple[float, float] = (1.0, 8.0),
+        http: HttpSettings = JUDGE_HTTP,
+        max_retries: int | None = None,
+        backoff_s: tuple[float, float] | None = None,
         max_concurrency: int = 16,
-        timeout_s: float = 1800.0,
         temperature: float = 1.0,
         max_tokens: int = 1024,
         extra_body: dict[str, Any] | None = None,
@@ -108,21 +111,27 @@ class JudgeClient:
         accounting: Accounting | None = None,
         http_client: httpx2.AsyncClient | None = None,
     ) -> None:
-        if max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        """`http`: timeouts and retries; `max_retries` and `backoff_s`, when given, override
+        those fields of it."""
         self.base_url = base_url
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
-        self.retry = RetryPolicy(max_retries=max_retries, backoff_s=backoff)
+        if max_retries is not None:
+            http = replace(http, max_retries=max_retries)
+        if backoff_s is not None:
+            http = replace(http, backoff_s=backoff_s)
         self.cache = ReplyCache(cache_dir) if cache_dir is not None else None
         self.accounting = accounting or Accounting()
-        self.stats = CallStats()
-        self._slots = asyncio.Semaphore(max_concurrency)
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0, http_client=http_client
+        self.endpoint = OpenAIEndpoint(
+            base_url, api_key=api_key, settings=http, max_concurrency=max_concurrency, http_client=http_client
         )
+
+    @property
+    def stats(self) -> CallStats:
+        """Requests sent, retries and failures by kind."""
+        return self.endpoint.stats
 
     async def judge_child(
         self,
@@ -181,7 +190,7 @@ class JudgeClient:
 
     async def close(self) -> None:
         """Close the HTTP connections."""
-        await self._client.close()
+        await self.endpoint.close()
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -203,28 +212,21 @@ class JudgeClient:
             self.accounting.record_cache_hit(role)
             return _Fetched(hit.text, hit.usage, cached=True, key=key, error=None)
 
-        endpoint = f"{self.base_url.rstrip('/')}/chat/completions"
         payload = [{"role": m.role, "content": m.content} for m in messages]
-
-        async def attempt() -> dict[str, Any]:
-            raw = await self._client.chat.completions.with_raw_response.create(
+        try:
+            body = await self.endpoint.chat(
                 model=self.model,
                 messages=payload,
                 temperature=temperature,
                 max_tokens=max_tokens,
                 extra_body=self.extra_body or None,
             )
-            return decode_json_body(raw.text, endpoint)
-
-        try:
-            async with self._slots:
-                body = await call_with_retries(attempt, self.retry, self.stats, endpoint)
             reply = read_chat_reply(body)
         except SamplerError as error:
             self.accounting.record_failure(role, error.kind)
             return _Fetched(None, Usage(), cached=False, key=key, error=f"{role} call failed: {error}")
         except Exception as error:  # an unforeseen fault must not end the run either
-            log.exception("%s call to %s failed unexpectedly", role, endpoint)
+            log.exception("%s call to %s failed unexpectedly", role, self.endpoint.url("chat/completions"))
             self.accounting.record_failure(role, f"unexpected:{type(error).__name__}")
             return _Fetched(None, Usage(), cached=False, key=key, error=f"{role} call failed: {error!r}")
         return _Fetched(reply.text, reply.usage, cached=False, key=key, error=None)

@@ -10,18 +10,20 @@ What a `Completion` holds, exactly:
 - `token_ids`: every token the model generated, in order. A sequence ended by EOS includes the
   EOS token (the learner must see the model choose to stop). A sequence ended by a stop string
   includes the token that completed the stop string (and any characters that token carries
-  past it); nothing after it is generated. So `token_ids` are what the model sampled, while
-  `text` is what the agent sees.
-- `text`: the completion decoded without special tokens, cut just before the first occurrence
-  of any stop string (the stop string itself is excluded). With EOS, the text excludes EOS.
-  An immediate EOS gives `text == ""`, `token_ids == [eos]`, finish reason `stop`.
+  past it); nothing after it is generated.
+- `text`: `token_ids` decoded without special tokens, so a stop string is included, exactly as
+  generated (with whatever its last token carries past it): the agent's history then shows
+  the model its own turns, and the next prompt extends this one for prefix merging. With EOS,
+  the text excludes EOS. An immediate EOS gives `text == ""`, `token_ids == [eos]`, finish
+  reason `stop`.
 - `logprobs`: for each token of `token_ids`, `log_softmax(logits)` of the model's raw logits at
   temperature 1 without top-p: the quantity the learner recomputes (`sera.train.logprobs`)
   for the CISPO importance ratio, *not* the probability under the sampling distribution
   (which differs when temperature != 1 or top_p < 1).
 - `finish_reason`: `stop` (EOS or a stop string) or `length` (`max_tokens` reached).
 - `prompt_token_ids`: always; `prompt_messages`: the messages kept when the context policy
-  changed the prompt (see `_fit_prompt`).
+  (`sera.policy.context.ContextPolicy`) changed the prompt; after a token cut they are the
+  messages the cut ids were rendered from.
 
 Sampling with a `seed` uses a per-request generator, so a seeded call returns the same tokens
 whatever else shares its batch (up to float rounding of padded batches, which matters only on
@@ -36,7 +38,7 @@ import torch
 
 from sera.policy.batching import BatchRecord, BatchScheduler
 from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention, decode_batch
-from sera.policy.context import HEAD_MESSAGES, drop_oldest_turns, keep_head_and_tail
+from sera.policy.context import ContextPolicy, Overflow, check_prompt_ids
 from sera.policy.errors import SamplerError
 from sera.policy.tokenizing import chat_ids
 from sera.runtime.policy import Completion, SamplingParams
@@ -54,12 +56,14 @@ class TransformersSampler:
         max_batch_size: int = 32,
         max_batch_tokens: int | None = None,
         device: str | torch.device | None = None,
+        context_overflow: Overflow = "cut_tokens",
     ) -> None:
         """`model` is any full-attention transformers causal LM. `max_batch_tokens` caps the KV
         cache of a batch, counted as rows x (longest prompt + largest max_tokens) because rows
         are padded to the longest (None: no cap; one request always runs). `device` defaults to
-        the model's own device (a given device moves the model there). Torch threads stay as
-        the caller set them."""
+        the model's own device (a given device moves the model there). `context_overflow`: what
+        the context policy does when the head plus the newest turn are over the cap. Torch
+        threads stay as the caller set them."""
         if tokenizer.chat_template is None:
             raise ValueError("the tokenizer has no chat template; TransformersSampler needs one")
         self.model = model.eval()
@@ -70,6 +74,9 @@ class TransformersSampler:
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(model, tokenizer)
         self.max_positions: int | None = getattr(model.config, "max_position_embeddings", None)
+        self.context = ContextPolicy.from_renderer(
+            lambda messages, generation: self.chat_ids(messages, add_generation_prompt=generation), context_overflow
+        )
         self._scheduler: BatchScheduler[DecodeJob] = BatchScheduler(
             lambda requests: decode_batch(
                 self.model, self.tokenizer, requests, device=self.device, eos_ids=self.eos_ids
@@ -103,8 +110,9 @@ class TransformersSampler:
         """Complete a chat: template with a generation prompt, context policy, then decode."""
         if not messages:
             raise SamplerError("invalid_request", "no messages to complete")
-        prompt_ids, kept = self._fit_prompt(list(messages), sampling.max_prompt_tokens)
-        return await self._complete(prompt_ids, sampling, prompt_messages=kept)
+        fit = self.context.fit(messages, sampling.max_prompt_tokens)
+        assert fit.prompt_ids is not None  # this policy renders ids
+        return await self._complete(fit.prompt_ids, sampling, prompt_messages=fit.messages if fit.changed else None)
 
     async def complete_tokens(self, prompt_token_ids: list[int], sampling: SamplingParams) -> Completion:
         """Complete raw prompt ids (no chat template). A prompt over `max_prompt_tokens` is an
@@ -112,11 +120,7 @@ class TransformersSampler:
         ids = list(prompt_token_ids)
         if not ids:
             raise SamplerError("invalid_request", "empty prompt_token_ids")
-        cap = sampling.max_prompt_tokens
-        if cap is not None and len(ids) > cap:
-            raise SamplerError(
-                "prompt_too_long", f"{len(ids)} prompt token ids exceed max_prompt_tokens={cap}"
-            )
+        check_prompt_ids(ids, sampling.max_prompt_tokens)
         return await self._complete(ids, sampling, prompt_messages=None)
 
     async def close(self) -> None:
@@ -184,39 +188,6 @@ class TransformersSampler:
     def chat_ids(self, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of `messages` under the tokenizer's chat template."""
         return chat_ids(self.tokenizer, messages, add_generation_prompt=add_generation_prompt)
-
-    def _fit_prompt(self, messages: list[Message], cap: int | None) -> tuple[list[int], list[Message] | None]:
-        """Apply the context policy (sera-spec §2.3); return prompt ids and the kept messages.
-
-        Over the cap, the oldest (assistant, user) pairs after the head are dropped; if the head
-        plus the newest turn still do not fit, the ids keep the templated head (system prompt and
-        task) and the newest tokens. The kept messages are returned whenever the prompt changed;
-        after a token-level cut they are the messages *before* the cut, and `prompt_token_ids`
-        is the exact prompt. Returns `None` for the messages when nothing changed.
-        """
-        ids = self.chat_ids(messages)
-        if cap is None or len(ids) <= cap:
-            return ids, None
-        fitted = drop_oldest_turns(messages, lambda kept: len(self.chat_ids(kept)), cap)
-        ids = self.chat_ids(fitted.messages)
-        if fitted.fits:
-            return ids, fitted.messages
-        if len(fitted.messages) <= HEAD_MESSAGES:
-            raise SamplerError(
-                "prompt_too_long",
-                f"the system prompt and task alone take {len(ids)} tokens, over max_prompt_tokens={cap}",
-            )
-        head = self.chat_ids(fitted.messages[:HEAD_MESSAGES], add_generation_prompt=False)
-        if ids[: len(head)] != head:
-            raise SamplerError(
-                "prompt_too_long",
-                f"the prompt takes {len(ids)} tokens, over max_prompt_tokens={cap}, and cannot be cut by tokens: "
-                "the chat template does not render the system prompt and task as a prefix of the prompt",
-            )
-        try:
-            return keep_head_and_tail(ids, len(head), cap), fitted.messages
-        except ValueError as error:
-            raise SamplerError("prompt_too_long", str(error)) from error
 
 
 def _padded_tokens(jobs: list[DecodeJob]) -> int:
