@@ -45,8 +45,9 @@ def _rows() -> list[dict]:
     ]
 
 
-def _check_specs(specs: list[SyncTaskSpec], split: str) -> None:
+def _check_specs(specs: list[SyncTaskSpec], split: str, rules: str = "reference") -> None:
     fork, gate, conflict, hier, rc, crit = specs
+    assert all(s.rules == rules for s in specs)
     # fork-join: ids, family name, fold, rooms, door, capacities, budget, tools
     assert fork.task_id == "cookingworld_multidish_train_multi_dish_fork_join_medium_0000"
     assert (fork.family, fork.difficulty, fork.split, fork.seed) == ("fork_join", "medium", split, 850000)
@@ -54,7 +55,10 @@ def _check_specs(specs: list[SyncTaskSpec], split: str) -> None:
     assert fork.rooms == ["kitchen", "pantry", "garden", "supermarket", "hallway", "dining room", "garage", "study", "basement"]
     assert fork.door is not None and fork.door.room == "kitchen"
     assert fork.door.locks_rooms == ["supermarket"] and fork.door.locks_dishes == []
-    assert fork.agent_inventory_capacity == 2 and fork.shared_inventory_capacity is None
+    if rules == "reference":  # the authors' one team inventory of capacity 1 (limitInventorySize)
+        assert fork.agent_inventory_capacity is None and fork.shared_inventory_capacity == 1
+    else:  # ours: the sampled capacity, per agent
+        assert fork.agent_inventory_capacity == 2 and fork.shared_inventory_capacity is None
     assert fork.shared_budget == 96
     assert [(t.name, t.exclusive, t.cooldown_steps) for t in fork.tools] == [
         ("knife", False, 1), ("stove", False, 1), ("oven", False, 1), ("grill", False, 1)
@@ -80,12 +84,13 @@ def _check_specs(specs: list[SyncTaskSpec], split: str) -> None:
     assert len(conflict.rooms) == 11 and conflict.shared_budget == 70
     assert [d.complexity for d in conflict.dishes] == ["high", "high"]
     # hierarchical, easy: no door, unlimited inventory, at least 4 rooms, decomposition edges
-    assert hier.door is None and hier.agent_inventory_capacity is None
+    assert hier.door is None and hier.agent_inventory_capacity is None and hier.shared_inventory_capacity is None
     assert hier.rooms == ["kitchen", "pantry", "garden", "supermarket"]
     assert hier.hierarchy == {"root": ["dish_1", "dish_2"], "dish_1": ["dish_1::red apple"]}
     assert all(t.cooldown_steps == 0 for t in hier.tools)
-    # resource constrained: shared capacity from resource_capacity, agent capacity from the profile
-    assert rc.shared_inventory_capacity == 2 and rc.agent_inventory_capacity == 1
+    # resource constrained: shared capacity from resource_capacity; under sync also the agent's own
+    assert rc.shared_inventory_capacity == 2
+    assert rc.agent_inventory_capacity == (None if rules == "reference" else 1)
     # critical path: the family's per-dish complexity pattern
     assert [d.complexity for d in crit.dishes] == ["medium", "high"]
 
@@ -94,7 +99,9 @@ def test_v9_jsonl_loads_into_the_expected_specs(tmp_path):
     path = tmp_path / "textworld_train.jsonl"
     write_jsonl(path, _rows())
     assert detect_format(path) == "v9_jsonl"
-    _check_specs(load_task_specs(path), "train")
+    _check_specs(load_task_specs(path), "train")  # the authors' files play their game by default
+    _check_specs(load_task_specs(path, rules="sync"), "train", rules="sync")
+    assert {t.misc["rules"] for t in load_tasks(path)} == {"reference"}
 
 
 def test_v9_manifest_loads_into_the_same_specs(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sera.envs.textworld.rules import RulesProfile, rules_profile
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.state import COOK_TOOLS, CUT_VERBS, DIRECTIONS, HEAT_TOOLS, ItemState, WorldState
 
@@ -59,14 +60,20 @@ class Rules:
 
     spec: SyncTaskSpec
     """The task."""
+    profile: RulesProfile
+    """The rules profile it is played under (`spec.rules`)."""
+    agent_capacity: int | None
+    """Unready items one agent may hold (None = no limit), as the profile reads the spec."""
+    team_capacity: int | None
+    """Unready items all agents together may hold (None = no limit)."""
     rooms: tuple[str, ...]
     """Rooms of the task, in order."""
     locked_rooms: frozenset[str]
-    """Rooms behind the door (enterable only once it is open)."""
+    """Rooms behind the door (enterable only once it is open; none under `reference`)."""
     locked_dishes: frozenset[str]
     """Dishes whose ingredients are hidden while the door is closed."""
     exclusive: frozenset[str]
-    """Tools that must be held (knife) or claimed (heat tools) before use."""
+    """Tools that must be held (knife) or claimed (heat tools) before use (none under `reference`)."""
     cooldown: dict[str, int]
     """Tool -> blocked shared steps after each use."""
     dishes: dict[str, tuple[str, ...]]
@@ -92,7 +99,9 @@ class Rules:
                         "database uses no baked/boiled preparation, and the oven/stove already mean roasted/fried)"
                     )
         door = spec.door
-        exclusive = frozenset(t.name for t in spec.tools if t.exclusive)
+        profile = rules_profile(spec.rules)
+        exclusive = profile.exclusive_tools(spec)
+        agent_cap, team_cap = profile.capacities(spec)
         fixed = [Command(LOOKUPS[a], text=a) for a in LOOKUP_ACTIONS]
         fixed += [Command("go", room, text=go_command(room)) for room in spec.rooms]
         fixed += [Command("move", d, text=f"move {d}") for d in DIRECTIONS]
@@ -106,8 +115,11 @@ class Rules:
         names = [i.name for d in spec.dishes for i in d.ingredients] + [x.name for x in spec.distractors]
         return cls(
             spec=spec,
+            profile=profile,
+            agent_capacity=agent_cap,
+            team_capacity=team_cap,
             rooms=tuple(spec.rooms),
-            locked_rooms=frozenset(door.locks_rooms) if door else frozenset(),
+            locked_rooms=profile.locked_rooms(spec),
             locked_dishes=frozenset(door.locks_dishes) if door else frozenset(),
             exclusive=exclusive,
             cooldown={t.name: t.cooldown_steps for t in spec.tools},
@@ -264,7 +276,8 @@ def _tool_problem(rules: Rules, state: WorldState, agent: str, tool: str) -> str
 def _door_reason(rules: Rules, what: str) -> str:
     door = rules.spec.door
     assert door is not None
-    return f"the door is closed; {what} behind it (open it in the {door.room})"
+    where = f"in the {door.room}" if rules.profile.real_door else "from any room"
+    return f"the door is closed; {what} behind it (open it {where})"
 
 
 def _held_item(state: WorldState, name: str) -> tuple[ItemState | None, str | None]:
@@ -287,8 +300,7 @@ def _place_phrase(item: ItemState) -> str:
 
 
 def _capacity_problem(rules: Rules, state: WorldState, agent: str) -> str | None:
-    shared_cap = rules.spec.shared_inventory_capacity
-    agent_cap = rules.spec.agent_inventory_capacity
+    shared_cap, agent_cap = rules.team_capacity, rules.agent_capacity
     if shared_cap is None and agent_cap is None:
         return None
     held = mine = 0
@@ -335,7 +347,7 @@ def check(rules: Rules, state: WorldState, agent: str, cmd: Command) -> str | No
             return "there is no door to open in this task"
         if state.door_open:
             return "the door is already open"
-        if here != door.room:
+        if rules.profile.real_door and here != door.room:
             return f"the door is in the {door.room}; you are in the {here}"
         return None
     if verb in ("take_tool", "put_tool", "claim", "release"):
@@ -366,20 +378,28 @@ def check(rules: Rules, state: WorldState, agent: str, cmd: Command) -> str | No
         assert item is not None
         if item.cut != "uncut":
             return f"{arg} is already {item.cut}"
+        if not rules.profile.any_preparation and item.expected_cut != CUT_VERBS[cmd.detail]:
+            return _not_required(item, "cut", CUT_VERBS[cmd.detail])
         return _tool_problem(rules, state, agent, "knife")
     if verb in ("cook", "cook_no_tool"):
         if verb == "cook_no_tool":
             return "cooking is written 'cook <item> in stove', 'cook <item> in oven' or 'cook <item> on grill'"
-        _, problem = _held_item(state, arg)
+        item, problem = _held_item(state, arg)
         if problem:
             return problem
-        if here != "kitchen":
+        assert item is not None
+        if rules.profile.kitchen_only and here != "kitchen":
             return f"you are in the {here}; cooking needs the kitchen"
+        if not rules.profile.any_preparation:
+            if item.cook != "raw":
+                return f"{arg} is already {item.cook}"
+            if item.expected_cook != COOK_TOOLS.get(cmd.detail):
+                return _not_required(item, "cooking", COOK_TOOLS.get(cmd.detail, cmd.detail))
         return _tool_problem(rules, state, agent, cmd.detail)
     if verb in ("prepare", "eat"):
         if arg not in rules.dishes:
             return f"there is no dish called {arg!r} (dishes: {', '.join(rules.dishes)})"
-        if here != "kitchen":
+        if rules.profile.kitchen_only and here != "kitchen":
             return f"you are in the {here}; meals are {'prepared' if verb == 'prepare' else 'eaten'} in the kitchen"
         if verb == "prepare":
             if arg in state.prepared:
@@ -398,6 +418,14 @@ def check(rules: Rules, state: WorldState, agent: str, cmd: Command) -> str | No
             return f"{arg} is not prepared yet ('prepare {arg}' first)"
         return None
     return f"unknown command {cmd.text!r}; see Valid Actions"
+
+
+def _not_required(item: ItemState, kind: str, result: str) -> str:
+    """Why a preparation other than the required one is refused (`reference` rules)."""
+    if item.dish_id is None:
+        return f"{item.name} is in no recipe; only an ingredient's required cut and cooking are possible"
+    required = item.expected_cut if kind == "cut" else item.expected_cook
+    return f"{item.name} must be {required}, not {result}; only its required {kind} is possible"
 
 
 def _check_tool_handling(rules: Rules, state: WorldState, agent: str, here: str, cmd: Command) -> str | None:

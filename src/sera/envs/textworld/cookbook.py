@@ -16,7 +16,15 @@ HOW_TO = (
     "either fails the task. When all of a dish's ingredients are on the counter, 'prepare <dish>' then "
     "'eat <dish>' in the kitchen."
 )
-"""The general instructions printed under the recipes."""
+"""The general instructions printed under the recipes (`sync` rules)."""
+HOW_TO_REFERENCE = (
+    "How to prepare: cut with the knife ('chop', 'slice', 'dice' or 'mince <item>') and cook with a heat tool "
+    "(fried = 'cook <item> in stove', roasted = 'cook <item> in oven', grilled = 'cook <item> on grill'), "
+    "anywhere, while the item is in the shared inventory; only the required cut and cooking are offered. "
+    "An ingredient is ready, and goes to the counter by itself, as soon as it is exactly as listed. When all "
+    "of a dish's ingredients are on the counter, 'prepare <dish>' then 'eat <dish>', in any room."
+)
+"""The general instructions under `reference` rules (the authors' game)."""
 
 
 def preparation_line(ing: IngredientSpec) -> str:
@@ -37,5 +45,5 @@ def cookbook_text(spec: SyncTaskSpec) -> str:
     for dish in spec.dishes:
         lines.append(f"{dish.dish_id}:")
         lines += [f"- {preparation_line(ing)}" for ing in dish.ingredients]
-    lines.append(HOW_TO)
+    lines.append(HOW_TO_REFERENCE if spec.rules == "reference" else HOW_TO)
     return "\n".join(lines)

@@ -1,7 +1,9 @@
 """One TextWorld-Sync agent's environment: the text protocol over the shared kitchen.
 
 All agents of a tree act on one `SyncWorld`; each agent is registered in it under its node id,
-with its own location (a child starts where its parent stands). `<action>` goes to the world
+with its own location (a child starts where its parent stands, or where the root stands: the
+rules profile's `child_start`). A parent sees each child's goal check or the world's success
+flag (`child_report`). `<action>` goes to the world
 under the world's lock, `<delegate>` launches children through the runtime (children of one
 block run concurrently), `<finish>` ends the agent. When the world is over (all dishes eaten,
 a dish ruined, or the shared budget spent) every agent stops at its next step.
@@ -14,6 +16,7 @@ from typing import Any
 
 from sera.agents import text_protocol
 from sera.envs.textworld.prompts import initial_messages, turn_footer
+from sera.envs.textworld.rules import ChildReport, ChildStart, RulesName, RulesProfile, rules_profile
 from sera.envs.textworld.scorer import score
 from sera.envs.textworld.spec import SyncTaskSpec
 from sera.envs.textworld.subtask import check_subtask
@@ -32,10 +35,22 @@ CHILD_OBSERVATION_CHARS = 1200
 class TextWorldAgentEnv:
     """The environment of one agent: its goal, the shared world, and its place in it."""
 
-    def __init__(self, handle: NodeHandle, world: SyncWorld, location: str | None = None) -> None:
+    def __init__(
+        self,
+        handle: NodeHandle,
+        world: SyncWorld,
+        location: str | None = None,
+        *,
+        profile: RulesProfile | None = None,
+        root_id: str | None = None,
+    ) -> None:
         self.handle = handle
         self.world = world
         self.agent_id = handle.node.id
+        self.profile = profile or rules_profile(world.spec.rules)
+        """The rules profile, with this tree's child report and start options."""
+        self.root_id = root_id or self.agent_id
+        """The root agent of the tree (where `child_start="root"` children start)."""
         world.add_agent(self.agent_id, location)
         self._last_observation = ""
 
@@ -55,6 +70,7 @@ class TextWorldAgentEnv:
             max_depth=self.handle.max_depth,
             budget=self.handle.node.budget,
             child_budget=self.handle.max_child_budget,
+            rules=self.profile.name,
         )
 
     def parse(self, reply: str) -> Action:
@@ -89,7 +105,8 @@ class TextWorldAgentEnv:
     def verify(self, finish_message: str | None) -> Verdict:
         if self.handle.depth == 0:
             report = score(self.world)
-            return Verdict(success=report.success, info={"kind": "root", "score": report.model_dump(mode="json")})
+            info = {"kind": "root", "score": report.model_dump(mode="json"), "rules": self._rules_record()}
+            return Verdict(success=report.success, info=info)
         check = check_subtask(self.handle.node.goal, self.spec, self.world)
         info = {"kind": "subtask", "covered": check.covered, "targets": check.targets, "detail": check.detail}
         return Verdict(success=check.success if check.covered else None, info=info)
@@ -98,12 +115,19 @@ class TextWorldAgentEnv:
         return None
 
     def observable_state(self) -> dict[str, Any]:
-        """What this agent can see: where it is and its last observation (no success flags)."""
+        """What this agent can see: where it is, its last observation, and the rules it plays
+        under (no success flags)."""
         return {
             "agent_id": self.agent_id,
             "location": self.world.location(self.agent_id),
             "observation": self._last_observation,
+            "rules": self._rules_record(),
         }
+
+    def _rules_record(self) -> dict[str, str]:
+        """The rules profile and child options, as recorded in every node's `final_state`."""
+        p = self.profile
+        return {"profile": p.name, "child_report": p.child_report, "child_start": p.child_start}
 
     # -- delegation ----------------------------------------------------------------------------
 
@@ -116,10 +140,11 @@ class TextWorldAgentEnv:
             )
             body = f"Error: {problem}\n\n" + await self.world.aobserve(self.agent_id)
             return Outcome(observation=self._turn(step_number, body), error=problem)
-        here = self.world.location(self.agent_id)
+        start = self.root_id if self.profile.child_start == "root" else self.agent_id
+        here = self.world.location(start)
 
         def env_on(world: SyncWorld) -> EnvFactory:
-            return lambda handle: TextWorldAgentEnv(handle, world, here)
+            return lambda handle: TextWorldAgentEnv(handle, world, here, profile=self.profile, root_id=self.root_id)
 
         fork = ForkPoint(world=self.world, env_on=env_on, observe=self.observable_state, tools=CHILD_TOOLS)
         results = await asyncio.gather(
@@ -146,12 +171,15 @@ class TextWorldAgentEnv:
         return Outcome(observation=self._turn(step_number, text))
 
     def _child_report(self, index: int, result: ChildResult) -> str:
-        success = "unknown" if result.verified_success is None else str(result.verified_success).lower()
+        if self.profile.child_report == "world_success":  # the authors' `environment_success`
+            check = f"world success={str(self.world.success).lower()}"
+        else:
+            check = f"goal check={'unknown' if result.verified_success is None else str(result.verified_success).lower()}"
         last = result.final_observation
         text = result.finish_message if result.finish_message is not None else f"(no finish) {result.error or ''}"
         return (
             f"- SubAgent {index} ({result.node_id}): finished={result.finish_message is not None}, "
-            f"goal check={success}, steps used {result.steps_used}/{result.budget}\n"
+            f"{check}, steps used {result.steps_used}/{result.budget}\n"
             f"  result: {text.strip()}\n"
             f"  final observation: {last[:CHILD_OBSERVATION_CHARS].strip()}"
         )
@@ -173,12 +201,27 @@ class TextWorldAgentEnv:
         return Outcome(observation=text, error=error, finished=True, finish_message=None)
 
 
-def root_env_factory(task: Task) -> EnvFactory:
-    """The root agent's environment for a TextWorld-Sync task (a fresh world per rollout)."""
+def root_env_factory(
+    task: Task,
+    *,
+    rules: RulesName | None = None,
+    child_report: ChildReport | None = None,
+    child_start: ChildStart | None = None,
+) -> EnvFactory:
+    """The root agent's environment for a TextWorld-Sync task (a fresh world per rollout).
+
+    `rules` overrides the task's rules profile (`spec.rules`: `sync` for our splits, `reference`
+    for the authors' V9 files); `child_report` (`goal_check` / `world_success`) and
+    `child_start` (`parent` / `root`) override the profile's defaults. None keeps the task's.
+    """
     spec = SyncTaskSpec.from_task(task)
+    if rules is not None and rules != spec.rules:
+        rules_profile(rules)  # a clear error for an unknown name
+        spec = spec.model_copy(update={"rules": rules})
+    profile = rules_profile(spec.rules).with_options(child_report, child_start)
 
     def make_root(handle: NodeHandle) -> TextWorldAgentEnv:
-        return TextWorldAgentEnv(handle, SyncWorld(spec))
+        return TextWorldAgentEnv(handle, SyncWorld(spec), profile=profile)
 
     return make_root
 

@@ -23,12 +23,14 @@ def render_observation(rules: Rules, state: WorldState, agent: str) -> str:
     ]
     door = rules.spec.door
     if door is not None:
+        # `reference` rules: a gate opened from any room, hiding only the gated dishes' ingredients
+        name = f"The door in the {door.room}" if rules.profile.real_door else "The door"
         if state.door_open:
-            lines.append(f"The door in the {door.room} is open.")
+            lines.append(f"{name} is open.")
         else:
-            behind = [f"the {r}" for r in door.locks_rooms]
+            behind = [f"the {r}" for r in door.locks_rooms if r in rules.locked_rooms]
             behind += [f"the ingredients of {', '.join(door.locks_dishes)}"] if door.locks_dishes else []
-            lines.append(f"The door in the {door.room} is closed; behind it: {'; '.join(behind) or 'nothing'}.")
+            lines.append(f"{name} is closed; behind it: {'; '.join(behind) or 'nothing'}.")
     lines.append("Tools: " + "; ".join(_tool_text(rules, state, agent, t) for t in ("knife", *HEAT_TOOLS)) + ".")
     counter = [i.name for i in state.counter()]
     lines.append(f"Ready on the counter: {', '.join(counter) if counter else 'nothing'}.")
@@ -52,13 +54,12 @@ def render_observation(rules: Rules, state: WorldState, agent: str) -> str:
 
 def render_inventory(rules: Rules, state: WorldState, agent: str) -> str:
     """The shared inventory: each item's preparation so far and who took it, and the capacities."""
-    spec = rules.spec
     held = state.inventory()
     caps = [f"{len(held)} item{'s' if len(held) != 1 else ''}"]
-    if spec.shared_inventory_capacity is not None:
-        caps.append(f"shared capacity {spec.shared_inventory_capacity}")
-    if spec.agent_inventory_capacity is not None:
-        caps.append(f"you hold {len(state.held_by(agent))}/{spec.agent_inventory_capacity}")
+    if rules.team_capacity is not None:
+        caps.append(f"shared capacity {rules.team_capacity}")
+    if rules.agent_capacity is not None:
+        caps.append(f"you hold {len(state.held_by(agent))}/{rules.agent_capacity}")
     head = f"Shared inventory ({'; '.join(caps)})"
     if not held:
         return f"{head}: empty."

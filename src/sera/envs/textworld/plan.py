@@ -2,23 +2,26 @@
 
 The actions are the reference plan (`reference_plan.door_actions` and `plan_dish`); the length
 of this module's division of them (`min_actions`) sets every generated task's shared budget, so
-the oracle uses exactly the budgeted actions. This
-module only assigns them to agents: the root opens the door, then one child per dish. A dish
-whose actions do not fit one agent's budget of steps is cut into parts at *safe points* (the
-agent is in the kitchen, holds no exclusive tool and no half-prepared ingredient); the dish's
-child delegates every part but the last to a grandchild, one after another, then does the last
-part itself (which prepares and eats the dish). Cutting at safe points adds no action.
+the oracle uses exactly the budgeted actions. This module only assigns them to agents: the root
+opens the door, then one child per dish. A dish whose actions do not fit one agent's budget of
+steps is cut into parts at *safe points* (the agent holds no half-prepared ingredient and
+stands in the kitchen; under rules that allow work in any room, anywhere, the next agent first
+walking there); the dish's child delegates every part but the last to a grandchild, one after
+another, then does the last part itself (which prepares and eats the dish). Handing over costs
+only the tool and walking actions `_split` counts.
 
 Dishes run concurrently only when nothing can make concurrent agents block one another (no
-cooldowns, no exclusive tools, no shared inventory capacity); otherwise one after another.
+cooldowns, no exclusive tools, no shared inventory capacity, as the task's rules profile reads
+them); otherwise one after another.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sera.envs.textworld.actions import parse, put_tool_command, take_tool_command
+from sera.envs.textworld.actions import go_command, parse, put_tool_command, take_tool_command
 from sera.envs.textworld.reference_plan import door_actions, plan_dish
+from sera.envs.textworld.rules import rules_profile
 from sera.envs.textworld.spec import SyncTaskSpec
 
 AGENT_STEPS = 20
@@ -61,9 +64,10 @@ class TaskPlan:
 
 def plan_task(spec: SyncTaskSpec) -> TaskPlan:
     """The oracle's plan of `spec`; PlanError if a dish cannot be divided among agents."""
-    exclusive = any(t.exclusive for t in spec.tools)
+    profile = rules_profile(spec.rules)
     cooldown = max(t.cooldown_steps for t in spec.tools)
-    concurrent = cooldown == 0 and not exclusive and spec.shared_inventory_capacity is None
+    _, team_capacity = profile.capacities(spec)
+    concurrent = cooldown == 0 and not profile.exclusive_tools(spec) and team_capacity is None
     dishes = [DishPlan(d.dish_id, _split(spec, d.dish_id, plan_dish(spec, d.dish_id))) for d in spec.dishes]
     return TaskPlan(door_actions(spec), dishes, concurrent)
 
@@ -79,21 +83,23 @@ def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[st
 
     Preferably where the agent holds no exclusive tool; otherwise (conflict family) at a point
     where it does, handing the tool over: the part ends by returning it and the next part starts
-    by taking it again (two extra actions per tool, counted in the plan's length).
+    by taking it again (two extra actions per tool, counted in the plan's length). Where the
+    rules let work happen in any room (`reference`), a part may also end away from the kitchen;
+    the next agent, which starts in the kitchen, then first goes there (one extra action).
     """
     if len(actions) + 1 <= AGENT_STEPS:
         return [actions]
     points = _safe_points(spec, actions)
     parts: list[list[str]] = []
-    start, carried = 0, frozenset[str]()
+    start, carried, room = 0, frozenset[str](), "kitchen"
     while True:
-        pickup = [take_tool_command(t) for t in sorted(carried)]
+        pickup = [take_tool_command(t) for t in sorted(carried)] + ([go_command(room)] if room != "kitchen" else [])
         # The dish's own agent: one delegation per earlier part, its actions, one finish reply.
         if len(parts) + len(pickup) + (len(actions) - start) + 1 <= AGENT_STEPS:
             return parts + [pickup + actions[start:]]
         fitting = [
-            (end, held)
-            for end, held in points
+            (end, held, where)
+            for end, held, where in points
             if start < end and len(pickup) + (end - start) + len(held) + 1 <= AGENT_STEPS
         ]
         if not fitting:
@@ -101,15 +107,17 @@ def _split(spec: SyncTaskSpec, dish_id: str, actions: list[str]) -> list[list[st
                 f"task {spec.task_id}, {dish_id}: no way to divide {len(actions)} actions among agents of "
                 f"{AGENT_STEPS} steps"
             )
-        # The furthest end; among equals, one that needs no tool handover.
-        end, held = max(fitting, key=lambda p: (p[0], -len(p[1])))
+        # The furthest end; among equals, one that needs the fewest handover actions.
+        end, held, where = max(fitting, key=lambda p: (p[0], -len(p[1]) - (p[2] != "kitchen")))
         parts.append(pickup + actions[start:end] + [put_tool_command(t) for t in sorted(held)])
-        start, carried = end, held
+        start, carried, room = end, held, where
 
 
-def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, frozenset[str]]]:
-    """(i, tools held) such that after `actions[:i]` the agent is in the kitchen with no
-    half-prepared ingredient, so another agent can go on from there."""
+def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, frozenset[str], str]]:
+    """(i, tools held, room) such that after `actions[:i]` the agent holds no half-prepared
+    ingredient, so another agent can go on from there: in the kitchen, or (rules that allow
+    work in any room) anywhere."""
+    anywhere = not rules_profile(spec.rules).kitchen_only
     here, tools, waiting = "kitchen", set(), set()
     points = []
     for i, action in enumerate(actions, 1):
@@ -126,6 +134,6 @@ def _safe_points(spec: SyncTaskSpec, actions: list[str]) -> list[tuple[int, froz
             # Ready after its cooking, or after its cut when it needs no cooking.
             if cmd.verb == "cook" or spec.ingredient(cmd.arg).cook == "raw":
                 waiting.discard(cmd.arg)
-        if here == "kitchen" and not waiting and i < len(actions):
-            points.append((i, frozenset(tools)))
+        if (here == "kitchen" or anywhere) and not waiting and i < len(actions):
+            points.append((i, frozenset(tools), here))
     return points

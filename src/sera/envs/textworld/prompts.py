@@ -17,11 +17,7 @@ the world's budget of actions are shared; each agent has its own location and it
 How to act:
 - Issue one command at a time. Use only commands from the "Valid Actions" list you are shown; \
 anything else is refused and still costs one of the world's shared actions.
-- Looking around, checking the inventory and reading the cookbook are free: they cost none of \
-the world's shared actions (they do use one of your own steps).
-- Prepare every ingredient exactly as required: a wrong cut or cooking, or cooking something \
-twice (it burns), ruins the dish and fails the task.
-- Do not invent state: rely on what the observations say.
+{rules}- Do not invent state: rely on what the observations say.
 {delegation}
 Reply with exactly one block:
 - <action>command</action> to act in the world,
@@ -38,8 +34,7 @@ Delegation (you may delegate; maximum depth {max_depth}, you are at depth {depth
 - Write goals a subagent can act on without your history: name the dish id and each ingredient
   with its required preparation. Each subagent has at most {child_budget} steps of its own; its
   steps do not use yours. You will see each subagent's result and your current observation.
-- Watch for shared limits (inventory capacity, one-at-a-time tools): subagents working at the
-  same time may block each other.
+- Watch for shared limits ({limits}): subagents working at the same time may block each other.
 """
 
 _NO_DELEGATION = """
@@ -47,22 +42,53 @@ You are at the maximum delegation depth ({max_depth}): do the work yourself.
 """
 
 
-def system_prompt(agent_id: str, depth: int, max_depth: int, child_budget: int) -> str:
-    """The system message of one agent."""
+_RULES = {
+    "sync": """\
+- Looking around, checking the inventory and reading the cookbook are free: they cost none of \
+the world's shared actions (they do use one of your own steps).
+- Prepare every ingredient exactly as required: a wrong cut or cooking, or cooking something \
+twice (it burns), ruins the dish and fails the task. Cooking, preparing and eating a meal \
+happen in the kitchen.
+""",
+    "reference": """\
+- Every command costs one of the world's shared actions, looking around, checking the inventory \
+and reading the cookbook included.
+- Only the required cut and cooking of each held ingredient are offered; cutting, cooking, \
+preparing and eating work in any room.
+""",
+}
+"""The rules paragraph of the system prompt, per rules profile (each true under its profile)."""
+_LIMITS = {
+    "sync": "inventory capacity, one-at-a-time tools, tool cooldowns",
+    "reference": "the team's shared inventory capacity, tool cooldowns",
+}
+"""The shared limits the delegation section warns about, per rules profile."""
+
+
+def system_prompt(agent_id: str, depth: int, max_depth: int, child_budget: int, rules: str = "sync") -> str:
+    """The system message of one agent; `rules` is the task's rules profile (`rules.py`)."""
     can_delegate = depth < max_depth
     delegation = (_DELEGATION if can_delegate else _NO_DELEGATION).format(
-        max_depth=max_depth, depth=depth, child_budget=child_budget
+        max_depth=max_depth, depth=depth, child_budget=child_budget, limits=_LIMITS[rules]
     )
     delegate_option = (
         '- <delegate>{"goal": "..."}</delegate> to launch subagents,\n' if can_delegate else ""
     )
     return _SYSTEM.format(
-        agent_id=agent_id, depth=depth, delegation=delegation, delegate_option=delegate_option
+        agent_id=agent_id, depth=depth, rules=_RULES[rules], delegation=delegation, delegate_option=delegate_option
     )
 
 
 def initial_messages(
-    goal: str, observation: str, *, agent_id: str, depth: int, max_depth: int, budget: int, child_budget: int
+    goal: str,
+    observation: str,
+    *,
+    agent_id: str,
+    depth: int,
+    max_depth: int,
+    budget: int,
+    child_budget: int,
+    rules: str = "sync",
 ) -> list[Message]:
     """System prompt and first user message of one agent."""
     user = (
@@ -72,7 +98,7 @@ def initial_messages(
         + (" or delegation." if depth < max_depth else ".")
     )
     return [
-        Message(role="system", content=system_prompt(agent_id, depth, max_depth, child_budget)),
+        Message(role="system", content=system_prompt(agent_id, depth, max_depth, child_budget, rules)),
         Message(role="user", content=user),
     ]
 

@@ -21,7 +21,8 @@ from sera.envs.textworld.actions import (
     take_command,
     take_tool_command,
 )
-from sera.envs.textworld.spec import TOOL_FOR_COOKING, IngredientSpec, SyncTaskSpec
+from sera.envs.textworld.rules import rules_profile
+from sera.envs.textworld.spec import TOOL_FOR_COOKING, DishSpec, IngredientSpec, SyncTaskSpec
 
 TOOL_HANDLING_ACTIONS: tuple[str, ...] = tuple(
     f(tool) for tool in ("knife", "stove") for f in (take_tool_command, put_tool_command)
@@ -31,8 +32,9 @@ the budget band by their count."""
 
 
 def effective_capacity(spec: SyncTaskSpec) -> int | None:
-    """Unready items one agent may hold: the lower of its own and the shared capacity (None = no limit)."""
-    caps = [c for c in (spec.agent_inventory_capacity, spec.shared_inventory_capacity) if c is not None]
+    """Unready items one agent may hold: the lower of its own and the shared capacity, as the
+    task's rules profile reads them (None = no limit)."""
+    caps = [c for c in rules_profile(spec.rules).capacities(spec) if c is not None]
     return min(caps) if caps else None
 
 
@@ -41,9 +43,8 @@ def door_actions(spec: SyncTaskSpec) -> list[str]:
     door = spec.door
     if door is None:
         return []
-    locked = any(
-        i.room in door.locks_rooms or d.dish_id in door.locks_dishes for d in spec.dishes for i in d.ingredients
-    )
+    rooms = rules_profile(spec.rules).locked_rooms(spec)
+    locked = any(i.room in rooms or d.dish_id in door.locks_dishes for d in spec.dishes for i in d.ingredients)
     return [OPEN_DOOR] if locked else []
 
 
@@ -58,7 +59,10 @@ def cook_action(ing: IngredientSpec) -> str:
 
 
 def plan_dish(spec: SyncTaskSpec, dish_id: str) -> list[str]:
-    """The reference plan of one dish, for its own agent starting and ending in the kitchen.
+    """The reference plan of one dish, for its own agent starting in the kitchen.
+
+    Under `reference` rules (cooking and meals in any room, no unique tools) see `_plan_anywhere`.
+    Under `sync` rules, ending in the kitchen:
 
     1. Conflict family (exclusive knife) and the dish needs a cut: `take knife` first.
     2. Ingredients outside the kitchen, by room in `spec.rooms` order, within a room those that
@@ -79,6 +83,11 @@ def plan_dish(spec: SyncTaskSpec, dish_id: str) -> list[str]:
     dish = next((d for d in spec.dishes if d.dish_id == dish_id), None)
     if dish is None:
         raise KeyError(f"task {spec.task_id} has no dish {dish_id!r}")
+    profile = rules_profile(spec.rules)
+    if not profile.kitchen_only:
+        if profile.unique_tools:
+            raise ValueError(f"no reference plan for rules {profile.name!r}: unique tools with cooking anywhere")
+        return _plan_anywhere(spec, dish)
     cap = effective_capacity(spec)
     away = sorted((i for i in dish.ingredients if i.room != "kitchen"), key=lambda i: (spec.rooms.index(i.room), i.cook != "raw"))
     plan: list[str] = []
@@ -105,6 +114,29 @@ def plan_dish(spec: SyncTaskSpec, dish_id: str) -> list[str]:
         plan += [cook_action(item)] if item.cook != "raw" else []
     plan = _with_cooldown_waits(spec, _with_exclusive_tools(spec, plan))
     return [*plan, meal_command("prepare", dish_id), meal_command("eat", dish_id)]
+
+
+def _plan_anywhere(spec: SyncTaskSpec, dish: DishSpec) -> list[str]:
+    """The plan when cooking, `prepare` and `eat` work in any room (`reference` rules).
+
+    Kitchen ingredients first (the agent starts there), then the others by room in `spec.rooms`
+    order (dish order within a room): `go to <room>` on entering, `take <item>`, its cut, its
+    cooking, so an item is ready before the next is taken (one held item at a time: any team
+    capacity suffices). Then `prepare` and `eat` where the agent stands. Cooldown `wait`s as in
+    `plan_dish`.
+    """
+    order = sorted(dish.ingredients, key=lambda i: spec.rooms.index(i.room))  # stable: dish order within a room
+    plan: list[str] = []
+    here = "kitchen"
+    for item in order:
+        if here != item.room:
+            plan.append(go_command(item.room))
+            here = item.room
+        plan.append(take_command(item.name))
+        plan += [cut_action(item)] if item.cut != "uncut" else []
+        plan += [cook_action(item)] if item.cook != "raw" else []
+    plan = _with_cooldown_waits(spec, plan)
+    return [*plan, meal_command("prepare", dish.dish_id), meal_command("eat", dish.dish_id)]
 
 
 def _alternate_tools(items: list[IngredientSpec]) -> list[IngredientSpec]:
@@ -144,12 +176,13 @@ def _with_cooldown_waits(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
 
 def _with_exclusive_tools(spec: SyncTaskSpec, plan: list[str]) -> list[str]:
     out = list(plan)
-    if spec.tool("stove").exclusive:
+    exclusive = rules_profile(spec.rules).exclusive_tools(spec)
+    if "stove" in exclusive:
         stove = [k for k, a in enumerate(out) if _tool_of(a) == "stove"]
         if stove:
             out.insert(stove[-1] + 1, put_tool_command("stove"))
             out.insert(stove[0], take_tool_command("stove"))
-    if spec.tool("knife").exclusive:
+    if "knife" in exclusive:
         cuts = [k for k, a in enumerate(out) if _tool_of(a) == "knife"]
         if cuts:
             here, put_at = "kitchen", None

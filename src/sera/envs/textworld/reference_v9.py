@@ -19,15 +19,22 @@ Mapping decisions (row field -> spec field):
 - Dish `complexity`: the family's per-dish pattern (critical_path, load_balanced) applied to
   `generation.v7_sampled_parameters.preparation_complexity` (absent: `medium`, the reference's
   default). It is descriptive only.
-- Door: `game_params.includeDoors` = 1 -> our door: in the kitchen, locking the supermarket (our
-  world's mechanics; in the reference a closed gate blocked only gated dishes), and locking the
-  dishes that `parallelism.dependencies` gates (`{"from": "gate_1", "to": dish, "type": "door"}`).
+- Door: `game_params.includeDoors` = 1 -> our door: in the kitchen, locking the supermarket, and
+  locking the dishes that `parallelism.dependencies` gates (`{"from": "gate_1", "to": dish,
+  "type": "door"}`). Under `reference` rules the world ignores the room lock and the door's room
+  (the authors' gate hides only the gated dishes and opens from anywhere).
 - Hierarchy: `dependencies` of type `decompose` (`root -> dish`, `dish -> dish::ingredient`).
 - Tools: cooldown = `parallelism.mechanisms.tool_cooldown_steps` for all four tools; the conflict
-  family makes knife and stove exclusive (the reference recorded them as `resource_capacity`).
-- `agent_inventory_capacity`: when `limitInventorySize` = 1, `v7_sampled_parameters.
-  inventory_capacity` (absent: 1, the capacity the reference simulator used); else None.
-  `shared_inventory_capacity`: `parallelism.resource_capacity.inventory` when present.
+  family marks knife and stove exclusive (the reference recorded them as `resource_capacity`),
+  which only `sync` rules enforce.
+- `rules` (the rules profile, `rules.py`): `reference` by default, the game these rows were
+  budgeted for; `sync` on request. Capacities depend on it:
+  - `reference`: `agent_inventory_capacity` None; `shared_inventory_capacity` (one inventory
+    for the whole team) = `parallelism.resource_capacity.inventory` when present, else 1 when
+    `limitInventorySize` = 1 (the simulator's capacity is the flag itself), else None.
+  - `sync`: `agent_inventory_capacity` = `v7_sampled_parameters.inventory_capacity` when
+    `limitInventorySize` = 1 (absent: 1), else None; `shared_inventory_capacity` =
+    `parallelism.resource_capacity.inventory` when present.
 - `shared_budget`: `parallelism.shared_environment_max_steps` (else `generation.v7_sampled_runtime`).
 - Descriptions: `task_descriptions` verbatim; `description_view` = `task_view`; `task_description`,
   when present, must equal the selected view. `family_sentence`: the structured view's lines
@@ -47,6 +54,7 @@ from pydantic import ValidationError
 
 from sera.envs.textworld.bands import FAMILY_SETTINGS
 from sera.envs.textworld.foods import fold_of
+from sera.envs.textworld.rules import RulesName, rules_profile
 from sera.envs.textworld.spec import (
     DIFFICULTIES,
     ROOMS,
@@ -86,8 +94,9 @@ def is_v9_manifest(obj: Any) -> bool:
     return isinstance(obj, dict) and obj.get("game_selection") == GAME and "tasks" in obj
 
 
-def read_v9_jsonl(path: str | Path) -> list[SyncTaskSpec]:
-    """Every row of a V9 task JSONL, mapped to specs (strict; duplicate ids are errors)."""
+def read_v9_jsonl(path: str | Path, *, rules: RulesName = "reference") -> list[SyncTaskSpec]:
+    """Every row of a V9 task JSONL, mapped to specs played under `rules` (strict; duplicate ids
+    are errors)."""
     path = Path(path)
     try:
         lines = path.read_bytes().decode("utf-8").split("\n")
@@ -106,11 +115,12 @@ def read_v9_jsonl(path: str | Path) -> list[SyncTaskSpec]:
             rows.append((where, json.loads(line)))
         except json.JSONDecodeError as err:
             raise ReferenceFormatError(f"{where}: invalid JSON: {err.msg} (column {err.colno})") from None
-    return _unique([v9_row_to_spec(row, where=where) for where, row in rows], [w for w, _ in rows])
+    return _unique([v9_row_to_spec(row, where=where, rules=rules) for where, row in rows], [w for w, _ in rows])
 
 
-def read_v9_manifest(path: str | Path, manifest: Any = None) -> list[SyncTaskSpec]:
-    """Every task of a V9 manifest, mapped to specs (`manifest`: the already parsed JSON, if any)."""
+def read_v9_manifest(path: str | Path, manifest: Any = None, *, rules: RulesName = "reference") -> list[SyncTaskSpec]:
+    """Every task of a V9 manifest, mapped to specs played under `rules` (`manifest`: the already
+    parsed JSON, if any)."""
     path = Path(path)
     if manifest is None:
         try:
@@ -123,7 +133,9 @@ def read_v9_manifest(path: str | Path, manifest: Any = None) -> list[SyncTaskSpe
     if count is not None and count != len(manifest["tasks"]):
         raise ReferenceFormatError(f"{path}: field task_count: says {count} but tasks has {len(manifest['tasks'])}")
     wheres = [f"{path} tasks[{i}]" for i in range(len(manifest["tasks"]))]
-    specs = [v9_row_to_spec(manifest_entry_to_row(e, where=w), where=w) for w, e in zip(wheres, manifest["tasks"])]
+    specs = [
+        v9_row_to_spec(manifest_entry_to_row(e, where=w), where=w, rules=rules) for w, e in zip(wheres, manifest["tasks"])
+    ]
     return _unique(specs, wheres)
 
 
@@ -145,16 +157,17 @@ def manifest_entry_to_row(entry: Any, *, where: str) -> dict[str, Any]:
     return row | props | {"game_params": game_params, "split": SPLIT_FROM_V9[fold]}
 
 
-def v9_row_to_spec(row: Any, *, where: str = "row") -> SyncTaskSpec:
-    """Map one V9 row (see the module docstring for every decision)."""
+def v9_row_to_spec(row: Any, *, where: str = "row", rules: RulesName = "reference") -> SyncTaskSpec:
+    """Map one V9 row to a spec played under `rules` (see the module docstring for every decision)."""
+    rules_profile(rules)  # a clear error for an unknown name
     check = _Checker(where, row.get("task_id") if isinstance(row, dict) else None)
     try:
-        return _map_row(check, row)
+        return _map_row(check, row, rules)
     except ValidationError as err:
         raise ReferenceFormatError(f"{check.where}: mapped spec is invalid: {describe_validation_error(err)}") from None
 
 
-def _map_row(check: _Checker, row: Any) -> SyncTaskSpec:
+def _map_row(check: _Checker, row: Any, rules: RulesName) -> SyncTaskSpec:
     if not isinstance(row, dict):
         raise check.fail("", f"expected an object, got {type(row).__name__}")
     task_id = check.get(row, "task_id", str)
@@ -189,8 +202,11 @@ def _map_row(check: _Checker, row: Any) -> SyncTaskSpec:
     capacity = parallelism.get("resource_capacity") or {}
     if not isinstance(capacity, dict):
         raise check.fail("parallelism.resource_capacity", f"expected an object or null, got {capacity!r}")
-    agent_cap = None
-    if check.flag(params, "limitInventorySize"):
+    agent_cap, shared_cap = None, capacity.get("inventory")
+    limited = check.flag(params, "limitInventorySize")
+    if rules == "reference":  # the authors' one team inventory: the flag's 1, or the family's capacity
+        shared_cap = shared_cap or (1 if limited else None)
+    elif limited:
         agent_cap = check.get(sampled, "inventory_capacity", int, "generation.v7_sampled_parameters.") if sampled else 1
     descriptions = check.obj(row, "task_descriptions")
     view = check.get(row, "task_view", str)
@@ -209,7 +225,7 @@ def _map_row(check: _Checker, row: Any) -> SyncTaskSpec:
         task_id=task_id, split=split, fold=fold_of(fold), family=family, difficulty=difficulty,
         seed=check.get(row, "seed", int), rooms=rooms, dishes=dishes, door=door,
         tools=[ToolSpec(name=t, exclusive=t in exclusive, cooldown_steps=cooldown) for t in ("knife", "stove", "oven", "grill")],
-        agent_inventory_capacity=agent_cap, shared_inventory_capacity=capacity.get("inventory"),
+        agent_inventory_capacity=agent_cap, shared_inventory_capacity=shared_cap, rules=rules,
         shared_budget=budget, description_view=view,
         descriptions={"structured": descriptions["structured"], "coarse": descriptions["coarse"]},
         family_sentence=_family_sentence(descriptions["structured"]), hierarchy=hierarchy, parallelism=parallelism,

@@ -12,6 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
+from sera.envs.textworld.rules import RulesName
 from sera.types import Record, Task
 
 ENV_NAME = "textworld-sync"
@@ -192,6 +193,9 @@ class SyncTaskSpec(Record):
     """Decomposition edges (hierarchical family): `root` -> dishes, dish -> `dish::ingredient`."""
     parallelism: dict[str, Any] = Field(default_factory=dict)
     """Metadata: branch work, critical path estimate, estimated sequential actions, speedup."""
+    rules: RulesName = "sync"
+    """The rules profile the task is played under (`rules.py`): `sync` (ours; our generated
+    splits) or `reference` (the authors' game; their V9 files)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> SyncTaskSpec:
@@ -264,7 +268,7 @@ class SyncTaskSpec(Record):
             env=ENV_NAME,
             difficulty=self.difficulty,
             max_steps=self.shared_budget,
-            misc={"family": self.family, "sync": self.model_dump(mode="json")},
+            misc={"family": self.family, "rules": self.rules, "sync": self.model_dump(mode="json")},
         )
 
     @classmethod

@@ -1,6 +1,9 @@
 """The TextWorld-Sync world: one shared kitchen, several agents acting on it at once.
 
-Our design (pure Python; the reference's simplifications of sera-spec §11.1 item 9 are NOT copied):
+Our design (pure Python). Below are the `sync` rules; a task whose `spec.rules` is `reference`
+is played with the authors' game instead, as `rules.py` lists (lookups cost a step, cooking and
+meals anywhere, no unique tools, only required preparations, a door that gates dishes only,
+one team capacity); `actions.check` and this module read the profile from `Rules.profile`.
 
 State. Each agent (`add_agent`, default location: kitchen) has its own room; everything else is
 shared: the items (every ingredient and every distractor, each lying in a room/container, held in
@@ -228,11 +231,15 @@ class SyncWorld:
         cmd = parse(action)
         if st.done:
             return self._result(agent_id, False, st.end_message, f"Refused: {st.end_message}.")
-        if cmd.is_lookup:
-            return self._result(agent_id, True, None, self._lookup_text(agent_id, cmd.verb))
         before = st.locations[agent_id]
-        problem = check(self._rules, st, agent_id, cmd)
-        feedback = f"Invalid action: {problem}." if problem else self._apply(agent_id, cmd)
+        if cmd.is_lookup:
+            feedback = self._lookup_text(agent_id, cmd.verb)
+            if self._rules.profile.free_lookups:
+                return self._result(agent_id, True, None, feedback)
+            problem = None  # `reference` rules: a lookup is an action like any other
+        else:
+            problem = check(self._rules, st, agent_id, cmd)
+            feedback = f"Invalid action: {problem}." if problem else self._apply(agent_id, cmd)
         st.steps += 1
         self._settle()
         st.events.append(
@@ -389,7 +396,8 @@ class SyncWorld:
                 }
                 for d, names in self._rules.dishes.items()
             },
-            "capacity": {"agent": spec.agent_inventory_capacity, "shared": spec.shared_inventory_capacity},
+            "capacity": {"agent": self._rules.agent_capacity, "shared": self._rules.team_capacity},
+            "rules": spec.rules,
             "events": len(st.events),
         }
 
