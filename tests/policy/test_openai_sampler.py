@@ -24,6 +24,7 @@ from sera.policy.openai_http import HttpSettings
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.vllm_server import VLLMServer
 from sera.runtime.policy import SamplingParams
+from sera.testing.tiny import tiny_tokenizer
 from sera.types import Message
 
 BASE = "http://vllm.test/v1"
@@ -87,10 +88,34 @@ async def test_success_reads_ids_logprobs_prompt_ids_and_sends_vllm_extension():
     assert sent["path"] == "/v1/chat/completions"
     body = sent["json"]
     assert body["return_token_ids"] is True and body["logprobs"] is True
+    assert body["include_stop_str_in_output"] is True  # stop strings given: the text keeps the one generated
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"], body["seed"]) == (
         0.7, 0.9, 64, ["</code>"], 5)
     assert body["messages"] == [{"role": "system", "content": "You act."}, {"role": "user", "content": "Craft a stick."}]
     await sampler.close()
+
+
+async def test_a_stop_string_completion_keeps_the_stop_string_and_its_ids_decode_to_the_text():
+    tokenizer = tiny_tokenizer()
+    generated = "<python>print(1)</python>"
+    ids = tokenizer.encode(generated, add_special_tokens=False)
+    # vLLM with include_stop_str_in_output: the text ends with the stop string.
+    server = Server(chat_body(text=generated, ids=ids, lps=[-0.1] * len(ids)))
+    out = await sampler_for(server, tokenizer=tokenizer)(MSGS, SamplingParams(stop=("</python>",)))
+    assert server.requests[0]["json"]["include_stop_str_in_output"] is True
+    assert out.text == generated and out.text.endswith("</python>") and out.finish_reason == "stop"
+    assert tokenizer.decode(out.token_ids, skip_special_tokens=True) == out.text
+
+
+async def test_text_cut_inside_the_last_token_is_completed_to_the_generated_ids():
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer.encode("<python>print(1)</python", add_special_tokens=False)  # last token: "python"
+    # vLLM ends the text right after the stop string "</py", though the token spelled "python".
+    server = Server(chat_body(text="<python>print(1)</py", ids=ids, lps=[-0.1] * len(ids)))
+    with_tokenizer = await sampler_for(server, tokenizer=tokenizer)(MSGS, SamplingParams(stop=("</py",)))
+    assert with_tokenizer.text == "<python>print(1)</python" == tokenizer.decode(with_tokenizer.token_ids)
+    without = await sampler_for(server)(MSGS, SamplingParams(stop=("</py",)))
+    assert without.text == "<python>print(1)</py"  # no tokenizer: the server's text as sent
 
 
 async def test_no_logprobs_requested_sends_no_extension_and_requires_nothing():
@@ -98,6 +123,7 @@ async def test_no_logprobs_requested_sends_no_extension_and_requires_nothing():
     out = await sampler_for(server)(MSGS, SamplingParams(logprobs=False))
     assert out.token_ids is None and out.logprobs is None
     assert "return_token_ids" not in server.requests[0]["json"] and "logprobs" not in server.requests[0]["json"]
+    assert "include_stop_str_in_output" not in server.requests[0]["json"]  # no stop strings, nothing to keep
 
 
 async def test_server_ignoring_return_token_ids_is_missing_token_ids_when_required():

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from sera.policy.decoding import DecodeJob, _Row, stop_window
 from sera.policy.errors import SamplerError
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
@@ -84,7 +86,7 @@ async def test_unseeded_requests_draw_independently(sampler) -> None:
     assert first.token_ids != second.token_ids
 
 
-async def test_stop_string_cuts_text_and_keeps_generated_ids(sampler, tiny) -> None:
+async def test_stop_string_ends_the_completion_and_is_kept_in_text_and_ids(sampler, tiny) -> None:
     _, tokenizer = tiny
     full = await sampler(chat("stop test"), SamplingParams(temperature=0.0, max_tokens=40))
     # A stop string spelled by one token in the middle of the greedy completion.
@@ -96,13 +98,74 @@ async def test_stop_string_cuts_text_and_keeps_generated_ids(sampler, tiny) -> N
 
     stopped = await sampler(chat("stop test"), SamplingParams(temperature=0.0, max_tokens=40, stop=("@@never@@", stop)))
     assert stopped.finish_reason == "stop"
-    assert stopped.text == full.text[:cut] and stop not in stopped.text
+    # The text is the generated tokens decoded: the stop string included, exactly as generated.
+    assert stopped.text == tokenizer.decode(stopped.token_ids, skip_special_tokens=True)
+    assert stopped.text == full.text[: len(stopped.text)] and stopped.text.find(stop) == cut
     # ids/logprobs: exactly what was generated, up to and including the token completing the stop.
     assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)]
     assert stopped.logprobs == pytest.approx(full.logprobs[: len(stopped.token_ids)], abs=1e-5)
     assert stop in tokenizer.decode(stopped.token_ids)
     assert stop not in tokenizer.decode(stopped.token_ids[:-1])
     assert stopped.usage.completion_tokens == len(stopped.token_ids)
+
+
+class DecodeSpy:
+    """The tokenizer, recording the length of every decode."""
+
+    def __init__(self, tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.decoded: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def decode(self, ids, **kwargs):
+        self.decoded.append(len(ids))
+        return self._tokenizer.decode(ids, **kwargs)
+
+
+async def test_a_stop_string_split_across_tokens_is_found_in_the_decoded_tail(tiny) -> None:
+    model, tokenizer = tiny
+    sampler = TransformersSampler(model, tokenizer)
+    full = await sampler(chat("split stop"), SamplingParams(temperature=0.0, max_tokens=60))
+    await sampler.close()
+    pieces = [tokenizer.decode([t]) for t in full.token_ids]
+    # Two characters straddling tokens i and i+1, far enough in that a tail window is not the whole text.
+    def straddles(i: int) -> bool:
+        a, b = pieces[i], pieces[i + 1]
+        ok = a.isascii() and b.isascii() and a and b
+        return bool(ok) and full.text.find(a[-1] + b[0]) == len(tokenizer.decode(full.token_ids[: i + 1])) - 1
+    index = next(i for i in range(16, len(pieces) - 1) if straddles(i))
+    stop = pieces[index][-1] + pieces[index + 1][0]
+
+    spy = DecodeSpy(tokenizer)
+    sampler = TransformersSampler(model, spy)
+    stopped = await sampler(chat("split stop"), SamplingParams(temperature=0.0, max_tokens=60, stop=(stop,)))
+    await sampler.close()
+    assert stopped.finish_reason == "stop" and stopped.token_ids == full.token_ids[: index + 2]
+    assert stop in stopped.text and stopped.text == tokenizer.decode(stopped.token_ids, skip_special_tokens=True)
+    # Every decode but the final one looked at a tail window, not the whole completion.
+    window = stop_window((stop,))
+    assert max(spy.decoded[:-1]) <= window < index and spy.decoded[-1] == len(stopped.token_ids)
+
+
+def test_a_stop_string_ending_in_a_multibyte_character_is_found_when_its_last_byte_arrives(tiny) -> None:
+    _, tokenizer = tiny
+    text = "The quick brown fox jumps over the lazy dog. " * 2 + "caf\u00e9 ok"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert all("\u00e9" not in tokenizer.decode([t]) for t in ids), "é should span byte tokens"
+    job = DecodeJob(prompt_ids=[0], temperature=0.0, top_p=1.0, max_tokens=len(ids) + 5, stop=("f\u00e9",),
+                    generator=torch.Generator())
+    row = _Row(SimpleNamespace(payload=job), frozenset(tokenizer.all_special_ids))
+    results = []
+    for token in ids:
+        row.token_ids.append(token)
+        row.logprobs.append(0.0)
+        results.append(row.finish_if_done(tokenizer, frozenset({tokenizer.eos_token_id})))
+    done = next(i for i, r in enumerate(results) if r is not None)
+    expected = next(n for n in range(1, len(ids) + 1) if "f\u00e9" in tokenizer.decode(ids[:n]))
+    assert done + 1 == expected and results[done].text == tokenizer.decode(ids[:expected])
+    assert results[done].text.endswith("caf\u00e9") and results[done].finish_reason == "stop"
 
 
 async def test_max_tokens_finishes_with_length(sampler) -> None:

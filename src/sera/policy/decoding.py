@@ -35,7 +35,7 @@ class DecodeJob:
     max_tokens: int
     """Completion cap; reaching it finishes with `length`."""
     stop: tuple[str, ...]
-    """Stop strings, matched against the decoded completion."""
+    """Stop strings, matched against the decoded tail of the completion (`stop_window`)."""
     generator: torch.Generator
     """This request's own RNG (CPU), so a seeded request samples the same whatever its batch."""
 
@@ -49,7 +49,7 @@ class DecodeResult:
     logprobs: list[float]
     """log softmax of the raw logits (temperature 1, no top-p) at each generated token."""
     text: str
-    """Decoded completion without special tokens, cut before the first stop string."""
+    """`token_ids` decoded without special tokens: a stop string is included, as generated."""
     finish_reason: str
     """`stop` (EOS or a stop string) or `length`."""
 
@@ -118,27 +118,59 @@ def check_full_attention(model: Any) -> None:
         )
 
 
+STOP_WINDOW_SLACK = 4
+"""Tokens a stop-string window holds beyond the stop string's length in bytes: room for the
+token before the stop string (a SentencePiece decode drops a leading space at the start of a
+window) and for a multi-byte character completed by a later token."""
+
+
+def stop_window(stop: tuple[str, ...]) -> int:
+    """Non-special tokens to decode to find any of `stop` (0 without stop strings).
+
+    A stop string is found at the step that brings its last byte, so it lies within the newest
+    tokens: at most one per byte, since every non-special token decodes to at least one byte.
+    """
+    if not stop:
+        return 0
+    return max(len(s.encode("utf-8")) for s in stop) + STOP_WINDOW_SLACK
+
+
 class _Row:
     """Decode state of one live sequence."""
 
-    def __init__(self, request: PendingRequest[DecodeJob]) -> None:
+    def __init__(self, request: PendingRequest[DecodeJob], special_ids: frozenset[int] = frozenset()) -> None:
         self.request = request
         self.job = request.payload
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.special_ids = special_ids  # dropped by the decode, so they do not count toward the window
+        self.window = stop_window(self.job.stop)
 
     def finish_if_done(self, tokenizer: Any, eos_ids: frozenset[int]) -> DecodeResult | None:
-        """The result when the newest token ends the sequence, else None."""
+        """The result when the newest token ends the sequence, else None.
+
+        Stop strings are looked for in the decoded tail only (the whole completion would make
+        every step cost its length); the result's text is the whole completion, stop string
+        included, exactly as decoded from `token_ids`.
+        """
         if self.token_ids[-1] in eos_ids:
             return self._result(self._decode(self.token_ids[:-1], tokenizer), "stop")
         if self.job.stop:
-            text = self._decode(self.token_ids, tokenizer)
-            cut = min((i for i in (text.find(s) for s in self.job.stop) if i >= 0), default=-1)
-            if cut >= 0:
-                return self._result(text[:cut], "stop")
+            tail = self._decode(self.token_ids[self._tail_start():], tokenizer)
+            if any(s in tail for s in self.job.stop):
+                return self._result(self._decode(self.token_ids, tokenizer), "stop")
         if len(self.token_ids) >= self.job.max_tokens:
             return self._result(self._decode(self.token_ids, tokenizer), "length")
         return None
+
+    def _tail_start(self) -> int:
+        """Index of the first token of the stop-string window (special tokens are not counted)."""
+        start, needed = len(self.token_ids), self.window
+        while start > 0 and needed > 0:
+            start -= 1
+            if self.token_ids[start] not in self.special_ids:
+                needed -= 1
+        return start
 
     @staticmethod
     def _decode(ids: list[int], tokenizer: Any) -> str:
@@ -218,7 +250,8 @@ def decode_batch(
     unresolved so that the scheduler can record the batch before anyone sees them.
     """
     started = time.perf_counter()
-    rows = [_Row(request) for request in requests]
+    special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()))
+    rows = [_Row(request, special_ids) for request in requests]
     prompt_lens = tuple(len(row.job.prompt_ids) for row in rows)
     live_rows: list[int] = []
     with torch.inference_mode():
