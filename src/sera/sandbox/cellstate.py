@@ -68,6 +68,7 @@ class CellState:
         self.context = context  # tools run in the caller's context (contextvars), one copy per call
         self.tasks: dict[int, asyncio.Task[Any]] = {}
         self.tool_calls = 0
+        self.sanitized = False  # a tool call's string arguments had unsafe characters escaped
         self.done: dict[str, Any] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._woken = False

@@ -3,17 +3,21 @@
 The host may hold gigabytes (torch, model weights) and threads; forking it per worker would be
 slow and would hand that memory to untrusted code. Instead one fork server per host process is
 started fresh (`python -I`, a scrubbed environment, its own session), imports only the sandbox
-worker module, sets the machine-level isolation that children inherit, and then forks one
-child per worker on request. That isolation (each step best effort, reported in `isolation`):
-no privilege gain through exec (PR_SET_NO_NEW_PRIVS); a private network namespace with only a
-downed loopback (needs CAP_SYS_ADMIN); and an empty, unreadable root directory (chroot, needs
-root), so even code that got past the language policy sees no files at all. Everything a
-worker needs is imported before the chroot, and /dev/null and /proc are passed down as fds.
-`multiprocessing`'s forkserver is not used because it re-imports the host's `__main__` in
-every child.
+worker module, and then forks one child per worker on request. `multiprocessing`'s forkserver
+is not used because it re-imports the host's `__main__` in every child.
+
+Process tree and isolation (see `isolation`; each step reported, `REQUIRED` ones enforced by
+the host): the started process P creates a user (ordinary users only), mount and pid namespace
+and forks S, the fork server proper, which is pid 1 of that pid namespace. S swaps its root for
+an empty read-only tmpfs and forks every worker into a nested pid namespace of its own, where
+the worker also gets its own session, network and IPC namespaces. Nothing outlives the host:
+S exits when the host's end of the control socket closes (the host died, however it died), S
+dies with P (parent-death signal), and when S, a pid namespace's init, exits, the kernel kills
+every process in its namespace. /dev/null and /proc are opened before the root goes away and
+passed down as fds (a worker closes /proc before any cell runs).
 
 Control protocol (SOCK_SEQPACKET, one JSON message per packet, replies in order):
-``{"op": "spawn"}`` + one fd (the worker's channel) -> ``{"pid": int}``;
+``{"op": "spawn"}`` + one fd (the worker's channel) -> ``{"pid": int}`` (the host's view of the pid);
 ``{"op": "reap", "pid": int}`` -> SIGKILL if still running, wait -> ``{"status": int | null}``.
 The fork server reaps only on request, so a pid stays valid until the host reaps it.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -36,20 +41,19 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
-PR_SET_NO_NEW_PRIVS = 38
+WORKER_ENTRY = "sera.sandbox.worker:main"
+"""What a forked worker runs: `module:function`, called with (channel fd, /dev/null fd, /proc fd, isolation)."""
 
 # Imports sera.sandbox without running sera/__init__.py, which may import heavy libraries.
 _BOOTSTRAP = """\
 import sys, types
-fd, source_root, empty_root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+fd, source_root, empty_root, entry = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 package = types.ModuleType("sera")
 package.__path__ = [source_root + "/sera"]
 sys.modules["sera"] = package
-sys.path.insert(0, source_root)
-from sera.sandbox.forkserver import serve
-serve(fd, empty_root)
+sys.path[:0] = [source_root, *sys.argv[5:]]
+from sera.sandbox.forkserver import bootstrap
+bootstrap(fd, empty_root, entry)
 """
 
 
@@ -60,7 +64,8 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """Host-side handle of the fork server. Blocking and thread-safe: call it via `asyncio.to_thread`."""
 
-    def __init__(self) -> None:
+    def __init__(self, entry: str = WORKER_ENTRY, extra_path: tuple[str, ...] = ()) -> None:
+        """Start a fork server; `entry` and `extra_path` let tests run their own worker code."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source_root = str(Path(__file__).resolve().parents[2])  # the directory holding `sera`
         self._empty_root = tempfile.mkdtemp(prefix="sera-sandbox-root-")
@@ -68,7 +73,8 @@ class ForkServer:
         self._lock = threading.Lock()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOTSTRAP, str(theirs.fileno()), source_root, self._empty_root],
+                [sys.executable, "-I", "-c", _BOOTSTRAP, str(theirs.fileno()), source_root, self._empty_root, entry,
+                 *extra_path],
                 pass_fds=[theirs.fileno()],
                 env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},  # no host secrets in workers' environ
                 stdin=subprocess.DEVNULL,
@@ -83,7 +89,7 @@ class ForkServer:
             theirs.close()
         try:
             self.isolation: dict[str, Any] = self._receive()
-            """What machine-level isolation took effect: no_new_privs, network_namespace, empty_root."""
+            """The fork server's part of `isolation.IsolationReport` (workers add their own)."""
         except BaseException:
             self.close()
             raise
@@ -99,6 +105,11 @@ class ForkServer:
         with self._lock:
             self._send({"op": "reap", "pid": pid})
             return self._receive()["status"]
+
+    @property
+    def pid(self) -> int:
+        """Process id of the fork server's outer process (killing it stops everything)."""
+        return self._process.pid
 
     @property
     def alive(self) -> bool:
@@ -144,9 +155,6 @@ def get_fork_server() -> ForkServer:
     with _server_lock:
         if _server is None or _server_owner != os.getpid() or not _server.alive:
             _server, _server_owner = ForkServer(), os.getpid()
-            missing = [name for name, held in _server.isolation.items() if not held]
-            if missing:  # not silent: the rlimits still apply, but this machine gets less isolation
-                logger.warning("sandbox workers run without: %s (needs root / capabilities)", ", ".join(missing))
         return _server
 
 
@@ -159,74 +167,120 @@ def _stop_server() -> None:
 # -- the fork server process ---------------------------------------------------------------------
 
 
-def serve(control_fd: int, empty_root: str) -> None:
-    """Main loop of the fork server process."""
+def bootstrap(control_fd: int, empty_root: str, entry: str) -> None:
+    """Main of the started process P: enter the namespaces, fork S (pid 1 there), wait for it."""
+    from sera.sandbox import isolation
+
+    report = isolation.IsolationReport()
+    isolation.enter_namespaces(report)
+    if report.pid_namespace:
+        server = os.fork()
+        if server:
+            os.close(control_fd)  # S alone answers the host
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            _, status = os.waitpid(server, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        isolation.set_parent_death_signal(signal.SIGKILL)  # S dies with P
+    serve(control_fd, empty_root, entry, report)
+
+
+def serve(control_fd: int, empty_root: str, entry: str, report: Any) -> None:
+    """Main loop of the fork server S; whatever ends it, no child it forked survives."""
     import gc
 
-    from sera.sandbox import worker  # the preload: everything a worker needs, imported once
+    from sera.sandbox import hardening, isolation
 
+    module, _, function = entry.partition(":")
+    target = getattr(importlib.import_module(module), function)  # the preload, imported once
     control = socket.socket(fileno=control_fd)
-    devnull = os.open(os.devnull, os.O_RDWR)  # opened before the chroot hides them
+    devnull = os.open(os.devnull, os.O_RDWR)  # opened before the root goes away
     proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
-    isolation, libc = _isolate_machine(empty_root)
-    worker.hardening.close_import_system()  # last: _isolate_machine imports ctypes
-    server_pid = os.getpid()
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY) if report.pid_namespace else -1
+    isolation.limit_nested_user_namespaces(report)
+    isolation.make_empty_root(empty_root, report)
+    hardening.close_import_system()  # last: the steps above may import lazily
     gc.freeze()  # keep preloaded objects out of the collector: children then share these pages
-    control.send(json.dumps(isolation).encode())
-    children: set[int] = set()
-    while True:
-        try:
+    children: dict[int, int] = {}  # the host's pid of each worker -> the pid as seen here
+    try:
+        control.send(json.dumps(report.as_dict()).encode())
+        while True:
             data, fds, _, _ = socket.recv_fds(control, 4096, 1)
-        except OSError:
-            break
-        if not data:
-            break  # the host is gone
-        request = json.loads(data)
-        if request["op"] == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                control.close()
-                if libc is not None:  # die with the fork server, so no worker outlives its host
-                    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if not data:
+                break  # the host is gone
+            request = json.loads(data)
+            if request["op"] == "spawn" and len(fds) == 1:
+                try:
+                    reply: dict[str, Any] = {"pid": _spawn(fds[0], target, devnull, proc, own_pid_ns, children)}
+                except OSError as exc:
+                    reply = {"error": f"could not fork a worker: {exc}"}
+                finally:
+                    os.close(fds[0])
+            elif request["op"] == "reap":
+                local = children.pop(request["pid"], None)
+                reply = {"status": None if local is None else _reap(local)}
+            else:
+                reply = {"error": f"unknown request {request['op']!r}"}
+            control.send(json.dumps(reply).encode())
+    except OSError:  # the host went away mid-reply (BrokenPipeError, ...)
+        pass
+    finally:
+        for local in children.values():
+            with contextlib.suppress(OSError):
+                _reap(local)
+    os._exit(0)
+
+
+def _spawn(channel_fd: int, target: Any, devnull: int, proc: int, own_pid_ns: int, children: dict[int, int]) -> int:
+    """Fork one worker; returns its pid as the host sees it."""
+    from sera.sandbox import isolation
+
+    if own_pid_ns >= 0:
+        isolation.new_pid_namespace(own_pid_ns)
+    ready_r, ready_w = os.pipe()
+    server_pid = os.getpid()
+    local = os.fork()
+    if local == 0:
+        status = 1
+        try:
+            os.close(ready_r)
+            report = isolation.IsolationReport()
+            isolation.isolate_worker(report)
+            if own_pid_ns < 0:  # no pid namespace to end us: die with the fork server instead
+                isolation.set_parent_death_signal(signal.SIGKILL)
                 if os.getppid() != server_pid:
                     os._exit(1)
-                worker.main(fds[0], devnull, proc)  # never returns
-            os.close(fds[0])
-            children.add(pid)
-            reply: dict[str, Any] = {"pid": pid}
-        elif request["op"] == "reap":
-            reply = {"status": _reap(request["pid"]) if request["pid"] in children else None}
-            children.discard(request["pid"])
-        else:
-            reply = {"error": f"unknown request {request['op']!r}"}
-        control.send(json.dumps(reply).encode())
-    for pid in children:
-        _reap(pid)
+            os.write(ready_w, str(_host_pid(proc)).encode())
+            os.close(ready_w)
+            target(channel_fd, devnull, proc, report)  # never returns
+        except BaseException:
+            pass
+        os._exit(status)
+    os.close(ready_w)
+    try:
+        answer = os.read(ready_r, 64)
+    finally:
+        os.close(ready_r)
+    if not answer:
+        _reap(local)
+        raise OSError("the worker exited while starting")
+    children[int(answer)] = local
+    return int(answer)
+
+
+def _host_pid(proc_fd: int) -> int:
+    """This process's pid in the outermost pid namespace that /proc shows (the host's)."""
+    status = os.open("self/status", os.O_RDONLY, dir_fd=proc_fd)
+    try:
+        text = os.read(status, 1 << 16).decode("ascii", "replace")
+    finally:
+        os.close(status)
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[1])
+    return os.getpid()
 
 
 def _reap(pid: int) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # a no-op on a child that already died (still a zombie)
     return os.waitpid(pid, 0)[1]
-
-
-def _isolate_machine(empty_root: str) -> tuple[dict[str, Any], Any]:
-    """Best-effort isolation inherited by every worker; reports what took effect, and libc."""
-    report = {"no_new_privs": False, "network_namespace": False, "empty_root": False}
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-    except (ImportError, OSError):
-        libc = None
-    if libc is not None:
-        report["no_new_privs"] = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-        report["network_namespace"] = libc.unshare(CLONE_NEWNET) == 0
-    if os.geteuid() == 0:
-        try:
-            os.chroot(empty_root)  # root-owned, mode 0700: workers (uid 65534) cannot even list it
-            os.chdir("/")
-            report["empty_root"] = True
-        except OSError:
-            pass
-    return report, libc

@@ -5,18 +5,21 @@ worker) and limits the damage: no file writes (RLIMIT_FSIZE=0), no new processes
 (RLIMIT_NPROC=0 as an unprivileged user), no new file descriptors, hence no sockets and no
 opened files (RLIMIT_NOFILE equal to the open fds, with no gaps below), bounded memory
 (RLIMIT_AS, so a memory bomb is a MemoryError) and CPU (RLIMIT_CPU, a backstop to the host's
-own timeout), no privileges (uid/gid 65534 when started as root) and a neutral cwd. The fork
-server adds what is set once for all workers (see `forkserver`): an empty root directory, a
-private network namespace and no privilege gain through exec.
+own timeout), no privileges (uid/gid 65534 when started as root, and no capabilities left in
+any case) and a neutral cwd. The fork server adds the namespaces (see `isolation`): an empty
+root, private pid, network and IPC namespaces, and no privilege gain through exec.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import resource
 import signal
 from typing import Any
+
+from sera.sandbox import isolation
 
 UNPRIVILEGED_ID = 65534
 """uid/gid the worker runs as when started as root (`nobody`/`nogroup` on most systems)."""
@@ -94,7 +97,13 @@ def apply_limits(memory_mb: int, cpu_lifetime_s: int, proc_fd: int | None = None
             raise RuntimeError(f"cannot drop root privileges to uid {UNPRIVILEGED_ID} ({exc})") from None
         if os.getuid() == 0 or os.geteuid() == 0:
             raise RuntimeError("failed to drop root privileges")
+    no_capabilities = isolation.drop_capabilities()  # e.g. those a user namespace gave us
+    # The uid change above reset the parent-death signal; without a pid namespace it is what
+    # ends this worker when the fork server dies.
+    with contextlib.suppress(OSError):
+        isolation.set_parent_death_signal(signal.SIGKILL)
     return {
+        "no_privileges": no_capabilities and os.getuid() != 0 and os.geteuid() != 0,
         "uid": os.getuid(),
         "gid": os.getgid(),
         "cwd": os.getcwd(),

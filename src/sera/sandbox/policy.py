@@ -82,8 +82,16 @@ class PolicyViolation(Exception):
 
 
 def is_blocked_attribute(name: str) -> bool:
-    """Whether an attribute name is off limits (private, dunder, frame-walking or format)."""
-    return name.startswith("_") or name.startswith(_FRAME_PREFIXES) or name in _BLOCKED_ATTRIBUTES
+    """Whether an attribute name is off limits (private, dunder, frame-walking or format).
+
+    Anything but an exact `str` is blocked, and `str`'s own methods do the tests: a subclass
+    could override `startswith`, `__eq__` or `__hash__` to pass any name.
+    """
+    if type(name) is not str:
+        return True
+    return str.startswith(name, "_") or str.startswith(name, _FRAME_PREFIXES) or frozenset.__contains__(
+        _BLOCKED_ATTRIBUTES, name
+    )
 
 
 def check_code(code: str, async_tools: frozenset[str] = frozenset({"launch_subagent"})) -> str | None:

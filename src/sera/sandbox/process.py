@@ -11,6 +11,7 @@ ends the worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -25,15 +26,38 @@ from typing import Any
 from sera.sandbox import protocol
 from sera.sandbox.cellstate import CellState
 from sera.sandbox.forkserver import ForkServer, ForkServerError, get_fork_server
+from sera.sandbox.isolation import REQUIRED
+from sera.sandbox.sanitize import clean_value
+from sera.sandbox.settings import UNSAFE_ENV, UNSAFE_FLAG
+from sera.sandbox.slots import worker_slots
 
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
 """How long a new worker may take to report ready."""
+CPU_POLL_S = 0.25
+"""How often the worker's CPU time is checked while a tool call pauses the compute clock."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class SandboxError(RuntimeError):
     """The sandbox machinery itself failed (not the cell): e.g. a worker could not start."""
+
+
+class WeakIsolationError(SandboxError):
+    """The machine cannot isolate sandbox workers as required and the user did not opt in."""
+
+    def __init__(self, missing: list[str], reasons: list[str]) -> None:
+        why = f" ({reasons[0]})" if reasons else ""
+        super().__init__(
+            f"sandbox isolation unavailable: no {', '.join(missing)}{why}; refusing to run model code. "
+            f"Pass {UNSAFE_FLAG} (or set {UNSAFE_ENV}=1) to run it with weaker isolation."
+        )
+        self.missing = missing
+        """The `isolation.REQUIRED` mechanisms that did not take effect."""
+
+
+_warned_weak = False
 
 
 @dataclass
@@ -56,6 +80,8 @@ class CellOutcome:
     """Tool calls the cell made."""
     worker_lost: bool = False
     """The worker was killed or died: its namespace is gone."""
+    sanitized: bool = False
+    """Some text the cell sent (tool arguments so far; the session adds output and errors) was escaped."""
     variables: dict[str, Any] = field(default_factory=dict)
     """Plain-data variables of the namespace after the cell (when requested)."""
 
@@ -89,6 +115,7 @@ class WorkerProcess:
         self._dead: str | None = None  # why the worker is unusable, once it is
         self._killing: asyncio.Future[str] | None = None  # reaping the process; gives how it ended
         self._read_task: asyncio.Task[None] | None = None
+        self._slot_held = False  # a `worker_slots` slot, given back once when the worker is reaped
 
     @classmethod
     async def start(
@@ -99,21 +126,33 @@ class WorkerProcess:
         memory_mb: int,
         max_output_chars: int,
         cpu_lifetime_s: int,
+        allow_weak_isolation: bool = False,
     ) -> WorkerProcess:
-        """Fork a worker, send it its namespace and limits, and wait until it is locked down."""
+        """Take a worker slot, fork a worker, send it its namespace and limits, and wait until it is
+        locked down. NoWorkerSlot when no slot frees up in time; WeakIsolationError when the worker
+        lacks a `REQUIRED` mechanism and `allow_weak_isolation` is false."""
+        await worker_slots.acquire()
         ours, theirs = socket.socketpair()
         try:
             server = await asyncio.to_thread(get_fork_server)
             pid = await asyncio.to_thread(server.spawn, theirs)
         except BaseException as exc:
             ours.close()
+            worker_slots.release()
             if isinstance(exc, ForkServerError):
                 raise SandboxError(f"could not start a sandbox worker: {exc}") from exc
             raise
         finally:
             theirs.close()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            await asyncio.to_thread(server.reap, pid)
+            worker_slots.release()
+            raise
         worker = cls(server, pid, reader, writer, tools, max_output_chars)
+        worker._slot_held = True
         kinds = {name: "async" if _is_async(tool) else "sync" for name, tool in tools.items()}
         worker._send(
             {"op": "init", "tools": kinds, "data": protocol.encode_value(data), "memory_mb": memory_mb,
@@ -131,6 +170,16 @@ class WorkerProcess:
             raise SandboxError(f"sandbox worker did not start: {str(ready.get('error', ready['op']))[:2000]}")
         report = ready.get("hardening")
         worker.hardening = {**server.isolation, **(report if type(report) is dict else {})}
+        missing = [name for name in REQUIRED if worker.hardening.get(name) is not True]
+        if missing:
+            reasons = [str(r) for r in [*worker.hardening.get("errors", []), *worker.hardening.get("worker_errors", [])]]
+            if not allow_weak_isolation:
+                await worker.kill()
+                raise WeakIsolationError(missing, reasons)
+            global _warned_weak
+            if not _warned_weak:
+                _warned_weak = True
+                logger.warning("sandbox workers run WITHOUT %s (%s opted in)", ", ".join(missing), UNSAFE_FLAG)
         worker._read_task = asyncio.create_task(worker._read_loop(), name=f"sandbox-worker-{pid}")
         return worker
 
@@ -164,6 +213,7 @@ class WorkerProcess:
             error_kind=None,
             compute_s=cell.clock.spent(),
             tool_calls=cell.tool_calls,
+            sanitized=cell.sanitized,
         )
         if timed_out:
             await self.kill()
@@ -190,12 +240,38 @@ class WorkerProcess:
     async def _reap(self) -> str:
         try:
             status = _describe_status(await asyncio.to_thread(self._server.reap, self.pid))
-        except ForkServerError:  # workers die with their fork server (PR_SET_PDEATHSIG)
+        except ForkServerError:  # workers die with their fork server (pid namespace, PDEATHSIG)
             status = "was lost with its fork server"
+        self._release_slot()
         self._writer.close()
         if self._read_task is not None and self._read_task is not asyncio.current_task():
             self._read_task.cancel()
         return status
+
+    def abandon(self) -> None:
+        """Kill the worker synchronously, without an event loop (a finalizer's last resort)."""
+        if self._killing is not None:
+            return
+        self._dead = self._dead or "the worker was abandoned"
+        with contextlib.suppress(ForkServerError, OSError):
+            self._server.reap(self.pid)
+        self._release_slot()
+        with contextlib.suppress(Exception):
+            self._writer.transport.abort()
+
+    def _release_slot(self) -> None:
+        if self._slot_held:
+            self._slot_held = False
+            worker_slots.release()
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker has used so far (user + system), None if it cannot be read."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return None
 
     # -- reading from the worker ---------------------------------------------------------------
 
@@ -256,8 +332,13 @@ class WorkerProcess:
             raise protocol.ProtocolError(f"unknown message {op!r}")
 
     async def _watch(self, cell: CellState, timeout_s: float) -> bool:
-        """Wait for the cell to finish; True if its compute time ran out first."""
+        """Wait for the cell to finish; True if its compute time ran out first.
+
+        While a tool call is open the clock is paused, but the cell may still compute (a busy
+        loop beside a pending async call): then the worker's own CPU time is checked instead.
+        """
         loop = asyncio.get_running_loop()
+        cpu_start = self.cpu_seconds()
         while cell.done is None and self._dead is None:
             timer = None
             if cell.clock.running:
@@ -265,6 +346,11 @@ class WorkerProcess:
                 if remaining <= 0:
                     return True
                 timer = loop.call_later(remaining, cell.wake)
+            else:
+                cpu_now = self.cpu_seconds()
+                if cpu_start is not None and cpu_now is not None and cpu_now - cpu_start > timeout_s:
+                    return True
+                timer = loop.call_later(CPU_POLL_S, cell.wake)
             try:
                 await cell.wait()
             finally:
@@ -281,6 +367,8 @@ class WorkerProcess:
         args, kwargs = protocol.decode_value(message["args"]), protocol.decode_value(message["kwargs"])
         if type(kwargs) is not dict or not all(type(key) is str for key in kwargs):
             raise protocol.ProtocolError("tool keyword arguments must have string names")
+        (args, kwargs), escaped = clean_value((args, kwargs))  # host tools record these strings
+        cell.sanitized = cell.sanitized or escaped
         tool = self._tools.get(name)
         if tool is None:
             self._reply(call_id, error=f"there is no tool named {name!r}")

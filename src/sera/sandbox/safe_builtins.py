@@ -75,49 +75,101 @@ class SandboxModule(types.SimpleNamespace):
         return f"<sandboxed module {self.__dict__['__name__']!r}>"
 
 
-def _check_name(name: Any) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"attribute name must be a string, not {type(name).__name__}")
+def _check_name(name: Any) -> str:
+    """`name` itself if it is an exact `str` naming an allowed attribute; raises otherwise.
+
+    Exact type only: a `str` subclass can override `startswith`, `__eq__`, `__hash__`, ..., so
+    every test here uses `str`'s own methods on a real string, which a cell cannot replace.
+    """
+    if type(name) is not str:
+        raise TypeError(f"attribute name must be a str, not {type(name).__name__}")
     if is_blocked_attribute(name):
         raise AttributeError(f"access to the attribute {name!r} is not allowed in the sandbox")
+    return name
 
 
 def safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     """`getattr` that refuses blocked names (even with a default)."""
-    _check_name(name)
-    return getattr(obj, name, *default)
+    return getattr(obj, _check_name(name), *default)
 
 
 def safe_hasattr(obj: Any, name: str) -> bool:
     """`hasattr` that refuses blocked names."""
-    _check_name(name)
-    return hasattr(obj, name)
+    return hasattr(obj, _check_name(name))
 
 
 def safe_setattr(obj: Any, name: str, value: Any) -> None:
     """`setattr` that refuses blocked names."""
-    _check_name(name)
-    setattr(obj, name, value)
+    setattr(obj, _check_name(name), value)
 
 
 def safe_delattr(obj: Any, name: str) -> None:
     """`delattr` that refuses blocked names."""
-    _check_name(name)
-    delattr(obj, name)
+    delattr(obj, _check_name(name))
 
 
-def safe_attrgetter(*names: str) -> operator.attrgetter:
-    """`operator.attrgetter` that refuses blocked names in any dotted part."""
-    for name in names:
-        for part in str(name).split("."):
-            _check_name(part)
-    return operator.attrgetter(*names)
+# The callables `operator` builds are re-implemented here rather than wrapped: `type()` of a
+# wrapped one would give back the real C class, whose constructor takes any name.
 
 
-def safe_methodcaller(name: str, *args: Any, **kwargs: Any) -> operator.methodcaller:
-    """`operator.methodcaller` that refuses blocked names."""
-    _check_name(name)
-    return operator.methodcaller(name, *args, **kwargs)
+class AttrGetter:
+    """The sandbox's `operator.attrgetter`: each dotted part is checked once, when built."""
+
+    __slots__ = ("_paths",)
+
+    def __init__(self, attr: str, *attrs: str) -> None:
+        paths = []
+        for name in (attr, *attrs):
+            if type(name) is not str:
+                raise TypeError(f"attribute name must be a str, not {type(name).__name__}")
+            paths.append(tuple(_check_name(part) for part in str.split(name, ".")))
+        self._paths = tuple(paths)
+
+    def __call__(self, obj: Any) -> Any:
+        values = []
+        for path in self._paths:
+            value = obj
+            for part in path:
+                value = getattr(value, part)
+            values.append(value)
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def __repr__(self) -> str:
+        return f"operator.attrgetter({', '.join(repr('.'.join(p)) for p in self._paths)})"
+
+
+class MethodCaller:
+    """The sandbox's `operator.methodcaller`: the method name is checked when built."""
+
+    __slots__ = ("_name", "_args", "_kwargs")
+
+    def __init__(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        self._name = _check_name(name)
+        self._args = args
+        self._kwargs = kwargs
+
+    def __call__(self, obj: Any) -> Any:
+        return getattr(obj, self._name)(*self._args, **self._kwargs)
+
+    def __repr__(self) -> str:
+        return f"operator.methodcaller({self._name!r}, ...)"
+
+
+class ItemGetter:
+    """The sandbox's `operator.itemgetter` (items only; re-implemented so no C class leaks)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, item: Any, *items: Any) -> None:
+        self._items = (item, *items)
+
+    def __call__(self, obj: Any) -> Any:
+        if len(self._items) == 1:
+            return obj[self._items[0]]
+        return tuple(obj[item] for item in self._items)
+
+    def __repr__(self) -> str:
+        return f"operator.itemgetter({', '.join(map(repr, self._items))})"
 
 
 def safe_update_wrapper(wrapper: Any, wrapped: Any) -> Any:
@@ -130,8 +182,16 @@ def safe_update_wrapper(wrapper: Any, wrapped: Any) -> Any:
 
 
 def safe_wraps(wrapped: Any) -> Callable[[Any], Any]:
-    """`functools.wraps` with the default attributes only (see `safe_update_wrapper`)."""
-    return functools.wraps(wrapped)
+    """`functools.wraps` with the default attributes only (see `safe_update_wrapper`).
+
+    A closure, not `functools.wraps`' partial: that partial's public `.func` is the real
+    `update_wrapper`, which takes attribute names again.
+    """
+
+    def decorate(wrapper: Any) -> Any:
+        return functools.update_wrapper(wrapper, wrapped)
+
+    return decorate
 
 
 class _SafeTypeMeta(type):
@@ -178,8 +238,9 @@ def build_modules() -> dict[str, SandboxModule]:
         name: SandboxModule(**_public_attributes(module, _EXCLUDED.get(name, set())))
         for name, module in _REAL_MODULES.items()
     }
-    views["operator"].attrgetter = safe_attrgetter
-    views["operator"].methodcaller = safe_methodcaller
+    views["operator"].attrgetter = AttrGetter
+    views["operator"].methodcaller = MethodCaller
+    views["operator"].itemgetter = ItemGetter
     views["functools"].update_wrapper = safe_update_wrapper
     views["functools"].wraps = safe_wraps
     views["asyncio"] = SandboxModule(__name__="asyncio", **{n: getattr(asyncio, n) for n in _ASYNCIO_NAMES})

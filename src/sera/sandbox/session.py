@@ -8,7 +8,9 @@ in a fresh worker (flagged `worker_restarted`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,9 @@ from typing import Any
 from sera.sandbox.policy import length_violation
 from sera.sandbox.process import CellOutcome, SandboxError, WorkerProcess
 from sera.sandbox.protocol import PLAIN_TYPES, is_plain
+from sera.sandbox.sanitize import clean_text, clean_value
+from sera.sandbox.settings import settings
+from sera.sandbox.slots import NoWorkerSlot
 
 LOST_NAMESPACE_NOTE = "The sandbox was restarted: variables, functions and imports from earlier cells are lost."
 """Told to the agent when a worker is lost: in the error of the cell that cost the worker its
@@ -35,7 +40,8 @@ class CellResult:
     timed_out: bool
     """The cell used more than its compute time and was stopped."""
     error_kind: str | None = None
-    """"policy", "syntax", "exception", "timeout" or "crash"; None when the cell succeeded."""
+    """"policy", "syntax", "exception", "timeout", "crash", or "unavailable" (no worker slot freed
+    up in time: the cell did not run); None when the cell succeeded."""
     output_truncated: bool = False
     """Output went past `max_output_chars`; `stdout` ends with a marker saying how much was cut."""
     compute_s: float = 0.0
@@ -46,6 +52,9 @@ class CellResult:
     """Tool calls the cell made."""
     worker_restarted: bool = False
     """This cell ran in a fresh worker because the previous one was lost (its namespace is gone)."""
+    sanitized: bool = False
+    """Control characters or lone surrogates in the output, error or tool arguments were escaped
+    (`sanitize.clean_text`), so the text is safe for JSON and terminals."""
 
     @property
     def ok(self) -> bool:
@@ -66,18 +75,32 @@ class SandboxSession:
         timeout_s: float = 10.0,
         memory_mb: int = 256,
         max_output_chars: int = 10_000,
+        allow_weak_isolation: bool | None = None,
     ) -> None:
+        """`allow_weak_isolation`: run even without the kernel isolation (None: the process-wide
+        setting, `SERA_UNSAFE_SANDBOX` / `settings.configure`); otherwise WeakIsolationError."""
         if timeout_s <= 0 or memory_mb <= 0 or max_output_chars < 0:
             raise ValueError("timeout_s and memory_mb must be positive, max_output_chars non-negative")
         self._tools, self._data = split_namespace(tools)
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.max_output_chars = max_output_chars
-        self._worker: WorkerProcess | None = None
+        self.allow_weak_isolation = allow_weak_isolation
+        self._holder = _WorkerHolder()
+        # An unclosed session must not leak its worker: kill it when the session is collected.
+        self._finalizer = weakref.finalize(self, self._holder.abandon)
         self._lost_worker = False
         self._closed = False
         self._cells = 0
         self._lock = asyncio.Lock()
+
+    @property
+    def _worker(self) -> WorkerProcess | None:
+        return self._holder.worker
+
+    @_worker.setter
+    def _worker(self, worker: WorkerProcess | None) -> None:
+        self._holder.worker = worker
 
     @property
     def hardening(self) -> dict[str, Any] | None:
@@ -123,6 +146,9 @@ class SandboxSession:
                 memory_mb=self.memory_mb,
                 max_output_chars=self.max_output_chars,
                 cpu_lifetime_s=int(max(3600, CPU_LIFETIME_FACTOR * self.timeout_s)),
+                allow_weak_isolation=(
+                    settings().allow_weak_isolation if self.allow_weak_isolation is None else self.allow_weak_isolation
+                ),
             )
         return self._worker
 
@@ -139,13 +165,20 @@ class SandboxSession:
                 self._worker, self._lost_worker = None, True
                 note = f"[{LOST_NAMESPACE_NOTE}]\n"  # no earlier cell reported this loss
             restarted, self._lost_worker = self._lost_worker, False
-            worker = await self._ensure_worker()
+            try:
+                worker = await self._ensure_worker()
+            except NoWorkerSlot as exc:  # recorded like any failed cell; the session stays usable
+                self._lost_worker = restarted
+                return CellResult(stdout="", error=str(exc), timed_out=False, error_kind="unavailable"), {}
             self._cells += 1
             outcome = await worker.run_cell(code, index=self._cells, timeout_s=self.timeout_s, want_vars=want_vars)
             if outcome.worker_lost:
                 self._worker, self._lost_worker = None, True
             result = self._result(outcome, note, restarted, time.monotonic() - started)
-            return result, outcome.variables
+            variables, escaped = clean_value(outcome.variables)
+            if escaped and not result.sanitized:
+                result = dataclasses.replace(result, sanitized=True)
+            return result, variables
 
     def _result(self, outcome: CellOutcome, note: str, restarted: bool, wall_s: float) -> CellResult:
         error = outcome.error
@@ -161,9 +194,12 @@ class SandboxSession:
             stdout += f"\n[... output truncated: {outcome.dropped_chars:,} more characters not shown]\n"
         elif outcome.output_cut:
             stdout += "\n[... output truncated: the rest was not shown]\n"
+        stdout, out_escaped = clean_text(stdout)
+        error, error_escaped = clean_text(error) if error is not None else (None, False)
         return CellResult(
             stdout=stdout,
             error=error,
+            sanitized=outcome.sanitized or out_escaped or error_escaped,
             timed_out=outcome.error_kind == "timeout",
             error_kind=outcome.error_kind,
             output_truncated=outcome.output_cut,
@@ -172,6 +208,18 @@ class SandboxSession:
             tool_calls=outcome.tool_calls,
             worker_restarted=restarted,
         )
+
+
+class _WorkerHolder:
+    """The session's current worker, kept apart so that the session's finalizer can reach it."""
+
+    def __init__(self) -> None:
+        self.worker: WorkerProcess | None = None
+
+    def abandon(self) -> None:
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.abandon()
 
 
 def split_namespace(namespace: Mapping[str, Any]) -> tuple[dict[str, Callable[..., Any]], dict[str, Any]]:

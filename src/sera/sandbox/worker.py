@@ -39,8 +39,12 @@ CELL_FILE_PREFIX = "<cell-"
 """Filename prefix of compiled cells: the only frames shown in tracebacks."""
 
 
-def main(channel_fd: int, devnull_fd: int, proc_fd: int) -> NoReturn:
-    """Entry point of a forked worker (fds: its channel, /dev/null, /proc); never returns."""
+def main(channel_fd: int, devnull_fd: int, proc_fd: int, isolation: Any = None) -> NoReturn:
+    """Entry point of a forked worker (fds: its channel, /dev/null, /proc); never returns.
+
+    `isolation` is the fork server's per-worker `IsolationReport` (namespaces entered after the
+    fork); the worker completes it and sends it with its "ready" message.
+    """
     channel: Channel | None = None
     status = 0
     try:
@@ -52,6 +56,12 @@ def main(channel_fd: int, devnull_fd: int, proc_fd: int) -> NoReturn:
         protocol.require(init, tools=dict, data=dict, memory_mb=int, max_output_chars=int, cpu_lifetime_s=int)
         worker = Worker(channel, loop, init)
         report = hardening.apply_limits(init["memory_mb"], init["cpu_lifetime_s"], hardening.PROC_FD)
+        if isolation is not None:
+            isolation.no_privileges = report["no_privileges"]
+            report.update(
+                {k: v for k, v in isolation.as_dict().items() if k in ("network_namespace", "ipc_namespace", "no_privileges")},
+                worker_errors=isolation.errors,
+            )
         channel.send({"op": "ready", "hardening": report})
         worker.serve()
     except HostGone:
