@@ -96,6 +96,26 @@ def test_chat_returns_ids_logprobs_and_prompt_ids(server: VLLMServer, tokenizer)
     assert tokenizer.decode(out.token_ids, skip_special_tokens=True) == out.text
 
 
+def test_a_stop_string_is_kept_in_the_text_as_generated(server: VLLMServer, tokenizer) -> None:
+    async def run():
+        sampler = OpenAISampler(server.base_url, SERVED, max_retries=1, backoff_s=(0.5, 1.0), tokenizer=tokenizer)
+        try:
+            full = await sampler(prompt(2), SamplingParams(temperature=0.0, max_tokens=48))
+            words = [w for w in full.text.split() if len(w) >= 3]
+            assert words, f"the greedy reply has no word to stop on: {full.text!r}"
+            stop = words[len(words) // 2]
+            stopped = await sampler(prompt(2), SamplingParams(temperature=0.0, max_tokens=48, stop=(stop,)))
+            return full, stop, stopped
+        finally:
+            await sampler.close()
+
+    full, stop, stopped = asyncio.run(run())
+    # include_stop_str_in_output: the text ends with the stop string; the ids decode to the text.
+    assert stopped.finish_reason == "stop" and stop in stopped.text
+    assert stopped.text == tokenizer.decode(stopped.token_ids, skip_special_tokens=True)
+    assert stopped.token_ids == full.token_ids[: len(stopped.token_ids)]
+
+
 def test_32_concurrent_requests_all_carry_training_fields(server: VLLMServer) -> None:
     async def run():
         sampler = OpenAISampler(server.base_url, SERVED, max_retries=1, backoff_s=(0.5, 1.0))
