@@ -75,3 +75,24 @@ def test_overrides_replace_only_the_fields_given() -> None:
 
 def test_the_judge_does_not_depend_on_a_sampler_module() -> None:
     assert "openai_sampler" not in inspect.getsource(sera.judge.client)
+
+
+async def test_no_retry_is_waited_for_when_the_total_budget_would_run_out() -> None:
+    calls = 0
+
+    def overloaded(request: httpx2.Request) -> httpx2.Response:
+        nonlocal calls
+        calls += 1
+        return httpx2.Response(503, json={"error": {"message": "overloaded"}})
+
+    endpoint = OpenAIEndpoint(
+        "http://busy.test/v1", api_key="x", max_concurrency=1,
+        settings=HttpSettings(total_timeout_s=0.5, max_retries=5, backoff_s=(2.0, 2.0)),
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(overloaded)),
+    )
+    started = time.monotonic()
+    with pytest.raises(SamplerError) as caught:
+        await endpoint.chat(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.kind == "server_error" and "total_timeout_s=0.5 spent" in str(caught.value)
+    assert calls == 1 and time.monotonic() - started < 0.5
+    await endpoint.close()

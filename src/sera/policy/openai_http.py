@@ -150,6 +150,7 @@ async def call_with_retries(
     while True:
         stats.attempts += 1
         budget = asyncio.timeout_at(deadline)
+        spent = False
         try:
             async with budget:
                 return await attempt()
@@ -157,11 +158,15 @@ async def call_with_retries(
             if not budget.expired():
                 raise
             error = SamplerError("timeout", f"no reply from {endpoint} within total_timeout_s={settings.total_timeout_s:g}")
+            spent = True
         except (openai.OpenAIError, SamplerError) as exc:
             error = classify_openai_error(exc, endpoint)
         wait = settings.delay(retries_done)
-        out_of_time = loop.time() + wait >= deadline
-        if error.kind not in RETRYABLE_KINDS or retries_done >= settings.max_retries or out_of_time:
+        retry = error.kind in RETRYABLE_KINDS and retries_done < settings.max_retries and not spent
+        if retry and loop.time() + wait >= deadline:  # the budget would run out while waiting
+            retry = False
+            error = SamplerError(error.kind, f"{error.detail}; total_timeout_s={settings.total_timeout_s:g} spent")
+        if not retry:
             if retries_done:
                 error = SamplerError(error.kind, f"{error.detail} (after {retries_done} retries)")
             stats.count_failure(error.kind)
