@@ -13,7 +13,7 @@ from sera.sandbox.policy import ALLOWED_MODULES, check_code
 from sera.sandbox.process import SandboxError, WeakIsolationError
 from sera.sandbox.sanitize import clean_text
 from sera.sandbox.session import CellResult, SandboxSession, run_cell
-from sera.sandbox.settings import SandboxSettings, configure, settings
+from sera.sandbox.config import SandboxSettings, configure, settings
 
 __all__ = [
     "ALLOWED_MODULES", "CellResult", "SandboxError", "SandboxSession", "SandboxSettings", "WeakIsolationError",

@@ -28,7 +28,7 @@ from sera.sandbox.cellstate import CellState
 from sera.sandbox.forkserver import ForkServer, ForkServerError, get_fork_server
 from sera.sandbox.isolation import REQUIRED
 from sera.sandbox.sanitize import clean_value
-from sera.sandbox.settings import UNSAFE_ENV, UNSAFE_FLAG
+from sera.sandbox.config import UNSAFE_ENV, UNSAFE_FLAG
 from sera.sandbox.slots import worker_slots
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from sera.sandbox.policy import length_violation
 from sera.sandbox.process import CellOutcome, SandboxError, WorkerProcess
 from sera.sandbox.protocol import PLAIN_TYPES, is_plain
 from sera.sandbox.sanitize import clean_text, clean_value
-from sera.sandbox.settings import settings
+from sera.sandbox.config import settings
 from sera.sandbox.slots import NoWorkerSlot
 
 LOST_NAMESPACE_NOTE = "The sandbox was restarted: variables, functions and imports from earlier cells are lost."

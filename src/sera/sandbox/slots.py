@@ -7,12 +7,15 @@ share it, and a slot may be given back from a finalizer outside any loop.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import threading
 import time
 
-from sera.sandbox.settings import settings
+from sera.sandbox.config import settings
 
-_POLL_S = 0.02
+_SAFETY_POLL_S = 0.5
+"""Waiters also re-check this often, in case a wake-up went to a waiter that gave up."""
 
 
 class NoWorkerSlot(Exception):
@@ -20,10 +23,14 @@ class NoWorkerSlot(Exception):
 
 
 class WorkerSlots:
-    """Counts live workers against `settings().max_workers` (read at each acquire)."""
+    """Counts live workers against `settings().max_workers` (read at each acquire).
+
+    Waiters queue in arrival order; each release wakes the oldest one on its own loop.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = collections.deque()
         self.in_use = 0
         """Workers holding a slot now."""
 
@@ -36,19 +43,42 @@ class WorkerSlots:
 
     async def acquire(self, wait_s: float | None = None) -> None:
         """Take a slot, waiting up to `wait_s` (default `settings().worker_wait_s`); NoWorkerSlot otherwise."""
+        if self.try_acquire():
+            return
+        loop = asyncio.get_running_loop()
         deadline = time.monotonic() + (settings().worker_wait_s if wait_s is None else wait_s)
         while not self.try_acquire():
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 limit = settings().max_workers
                 raise NoWorkerSlot(
                     f"SandboxBusy: all {limit} sandbox workers of this process stayed busy for "
                     f"{settings().worker_wait_s:g} s (limit: SERA_SANDBOX_MAX_WORKERS={limit}); the cell did not run."
                 )
-            await asyncio.sleep(_POLL_S)
+            waiter = (loop, loop.create_future())
+            with self._lock:
+                self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter[1], min(remaining, _SAFETY_POLL_S))
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                with self._lock, contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
 
     def release(self) -> None:
         with self._lock:
             self.in_use = max(0, self.in_use - 1)
+            waiter = self._waiters.popleft() if self._waiters else None
+        if waiter is not None:
+            loop, future = waiter
+            with contextlib.suppress(RuntimeError):  # that loop is closed: its waiter is gone too
+                loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 worker_slots = WorkerSlots()

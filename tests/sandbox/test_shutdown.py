@@ -1,0 +1,102 @@
+"""No sandbox process outlives its host, however the host (or its fork server) is stopped.
+
+A host subprocess opens several sessions running busy cells (and one waiting on a tool), prints
+its fork server's and workers' pids, and is then killed; the test counts the survivors among
+those pids and among all processes whose cmdline names that fork server's private root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+SESSIONS = 4
+
+HOST = textwrap.dedent(
+    f"""
+    import asyncio, json, sys
+    from sera.sandbox import SandboxSession
+    from sera.sandbox.forkserver import get_fork_server
+
+    async def slow_tool():
+        await asyncio.sleep(600)
+
+    async def main():
+        sessions = [SandboxSession({{"slow_tool": slow_tool}}, timeout_s=300) for _ in range({SESSIONS})]
+        for s in sessions:
+            await s.start()
+        server = get_fork_server()
+        cells = [asyncio.create_task(s.run("while True:\\n    pass")) for s in sessions[:-1]]
+        cells.append(asyncio.create_task(sessions[-1].run("await slow_tool()")))
+        await asyncio.sleep(0.3)
+        print(json.dumps({{"server": server.pid, "root": server._empty_root,
+                          "workers": [s.worker_pid for s in sessions]}}), flush=True)
+        await asyncio.gather(*cells)
+
+    asyncio.run(main())
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _marked(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    if marker.encode() in cmdline.read() and _alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _survivors(pids: list[int], marker: str, wait_s: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = sorted({p for p in pids if _alive(p)} | set(_marked(marker)))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("target", "signum"),
+    [("host", signal.SIGTERM), ("host", signal.SIGINT), ("host", signal.SIGKILL),
+     ("fork-server", signal.SIGKILL), ("fork-server", signal.SIGTERM)],
+    ids=["host-SIGTERM", "host-SIGINT", "host-SIGKILL", "fork-server-SIGKILL", "fork-server-SIGTERM"],
+)
+def test_killing_leaves_no_sandbox_process(target: str, signum: int) -> None:
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    try:
+        line = host.stdout.readline()
+        assert line, host.stderr.read()
+        info = json.loads(line)
+        workers = info["workers"]
+        assert len(workers) == SESSIONS and all(_alive(p) for p in workers)
+        os.kill(host.pid if target == "host" else info["server"], signum)
+        survivors = _survivors([info["server"], *workers], info["root"])
+        assert survivors == [], f"{len(survivors)} sandbox processes survived: {survivors}"
+    finally:
+        host.kill()
+        host.wait(10)
