@@ -7,7 +7,9 @@ Prints one JSON object:
 - `tool_call_round_trip_us`: per sync and per async tool call, from the slope between cells
   making 0 and 200 calls;
 - `concurrent_sessions`: N sessions started and running one tool-calling cell at once on one
-  event loop, with the worst event-loop lag seen by a 1 ms ticker meanwhile.
+  event loop, with the worst event-loop lag seen by a 1 ms ticker meanwhile;
+- `isolation_cost`: session start and the two cells again with a fork server that skips the
+  kernel isolation (namespaces, empty root; the rlimits stay), and isolated / plain ratios.
 Usage: python benchmarks/sandbox_overhead.py [--repeats N] [--sessions N]
 """
 
@@ -21,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sera.sandbox import SandboxSession
+from sera.sandbox import SandboxSession, forkserver
 
 TRIVIAL = "x = 1 + 1"
 TWENTY_CALLS = "for i in range(20):\n    craft({'oak planks': 1}, ('stick', 4))"
@@ -135,14 +137,47 @@ async def _concurrent(n: int) -> dict[str, Any]:
     }
 
 
+async def _isolation_cost(repeats: int) -> dict[str, Any]:
+    """Start, trivial cell and 20-call cell with the kernel isolation on, then off (same run)."""
+
+    async def measure(allow_weak: bool) -> dict[str, float]:
+        async def start_one() -> None:
+            session = SandboxSession(_tools(), allow_weak_isolation=allow_weak)
+            await session.start()
+            await session.close()
+
+        numbers = {"session_start_ms": await _median_ms(start_one, max(10, repeats // 10))}
+        async with SandboxSession(_tools(), allow_weak_isolation=allow_weak) as session:
+            for name, code in (("trivial_ms", TRIVIAL), ("twenty_sync_tool_calls_ms", TWENTY_CALLS)):
+                await session.run(code)
+                numbers[name] = await _median_ms(lambda code=code: session.run(code), repeats)
+        return numbers
+
+    isolated = await measure(False)
+    plain_server = forkserver.ForkServer(namespaces=False)
+    saved = forkserver._server
+    forkserver._server = plain_server  # sessions started now use the plain fork server
+    try:
+        plain = await measure(True)
+    finally:
+        forkserver._server = saved
+        plain_server.close()
+    return {
+        name: {"isolated": round(isolated[name], 3), "plain": round(plain[name], 3),
+               "ratio": round(isolated[name] / plain[name], 2)}
+        for name in isolated
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--sessions", type=int, default=100)
+    parser.add_argument("--sessions", type=int, default=30)  # within the default worker bound (32)
     args = parser.parse_args()
     report: dict[str, Any] = {"session_start_ms": await _session_start(max(10, args.repeats // 10))}
     report.update(await _cells(args.repeats))
     report["concurrent_sessions"] = await _concurrent(args.sessions)
+    report["isolation_cost"] = await _isolation_cost(args.repeats)
     print(json.dumps(report, indent=2))
 
 

@@ -64,8 +64,10 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """Host-side handle of the fork server. Blocking and thread-safe: call it via `asyncio.to_thread`."""
 
-    def __init__(self, entry: str = WORKER_ENTRY, extra_path: tuple[str, ...] = ()) -> None:
-        """Start a fork server; `entry` and `extra_path` let tests run their own worker code."""
+    def __init__(self, entry: str = WORKER_ENTRY, extra_path: tuple[str, ...] = (), namespaces: bool = True) -> None:
+        """Start a fork server; `entry` and `extra_path` let tests run their own worker code, and
+        `namespaces=False` (benchmarks only: workers then fail the `REQUIRED` check) skips the
+        kernel isolation."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source_root = str(Path(__file__).resolve().parents[2])  # the directory holding `sera`
         self._empty_root = tempfile.mkdtemp(prefix="sera-sandbox-root-")
@@ -73,7 +75,8 @@ class ForkServer:
         self._lock = threading.Lock()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOTSTRAP, str(theirs.fileno()), source_root, self._empty_root, entry,
+                [sys.executable, "-I", "-c", _BOOTSTRAP, str(theirs.fileno()), source_root, self._empty_root,
+                 entry if namespaces else f"{entry}!plain",
                  *extra_path],
                 pass_fds=[theirs.fileno()],
                 env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},  # no host secrets in workers' environ
@@ -171,8 +174,10 @@ def bootstrap(control_fd: int, empty_root: str, entry: str) -> None:
     """Main of the started process P: enter the namespaces, fork S (pid 1 there), wait for it."""
     from sera.sandbox import isolation
 
+    entry, plain = entry.removesuffix("!plain"), entry.endswith("!plain")
     report = isolation.IsolationReport()
-    isolation.enter_namespaces(report)
+    if not plain:
+        isolation.enter_namespaces(report)
     if report.pid_namespace:
         server = os.fork()
         if server:
@@ -181,10 +186,10 @@ def bootstrap(control_fd: int, empty_root: str, entry: str) -> None:
             _, status = os.waitpid(server, 0)
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
         isolation.set_parent_death_signal(signal.SIGKILL)  # S dies with P
-    serve(control_fd, empty_root, entry, report)
+    serve(control_fd, empty_root, entry, report, per_worker=not plain)
 
 
-def serve(control_fd: int, empty_root: str, entry: str, report: Any) -> None:
+def serve(control_fd: int, empty_root: str, entry: str, report: Any, per_worker: bool = True) -> None:
     """Main loop of the fork server S; whatever ends it, no child it forked survives."""
     import gc
 
@@ -210,7 +215,8 @@ def serve(control_fd: int, empty_root: str, entry: str, report: Any) -> None:
             request = json.loads(data)
             if request["op"] == "spawn" and len(fds) == 1:
                 try:
-                    reply: dict[str, Any] = {"pid": _spawn(fds[0], target, devnull, proc, own_pid_ns, children)}
+                    pid = _spawn(fds[0], target, devnull, proc, own_pid_ns, children, per_worker)
+                    reply: dict[str, Any] = {"pid": pid}
                 except OSError as exc:
                     reply = {"error": f"could not fork a worker: {exc}"}
                 finally:
@@ -230,7 +236,9 @@ def serve(control_fd: int, empty_root: str, entry: str, report: Any) -> None:
     os._exit(0)
 
 
-def _spawn(channel_fd: int, target: Any, devnull: int, proc: int, own_pid_ns: int, children: dict[int, int]) -> int:
+def _spawn(
+    channel_fd: int, target: Any, devnull: int, proc: int, own_pid_ns: int, children: dict[int, int], per_worker: bool
+) -> int:
     """Fork one worker; returns its pid as the host sees it."""
     from sera.sandbox import isolation
 
@@ -244,7 +252,8 @@ def _spawn(channel_fd: int, target: Any, devnull: int, proc: int, own_pid_ns: in
         try:
             os.close(ready_r)
             report = isolation.IsolationReport()
-            isolation.isolate_worker(report)
+            if per_worker:
+                isolation.isolate_worker(report)
             if own_pid_ns < 0:  # no pid namespace to end us: die with the fork server instead
                 isolation.set_parent_death_signal(signal.SIGKILL)
                 if os.getppid() != server_pid:
