@@ -197,3 +197,48 @@ def write_jsonl(path, rows: list[dict[str, Any]]) -> None:
 def write_manifest(path, manifest: dict[str, Any]) -> None:
     """A manifest as the reference writes it (indented, sorted keys)."""
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def v9_row_from_spec(spec, budget: int | None = None) -> dict[str, Any]:
+    """One of our generated `SyncTaskSpec`s written as an authors' V9 row (their field names,
+    descriptions in their style, the family's dependency and capacity records).
+
+    `budget` defaults to the authors' rule: uniform in the difficulty's runtime band (unshifted,
+    never checked against a plan), drawn from `Random(spec.seed)`. The ingredient's source is
+    put first among its candidates, since the reader places an item at its first candidate.
+    """
+    import random
+
+    from sera.envs.textworld.bands import RUNTIME_BANDS
+
+    band = RUNTIME_BANDS[spec.difficulty].shared_budget
+    budget = random.Random(spec.seed).randint(band.lo, band.hi) if budget is None else budget
+    dishes = []
+    for dish in spec.dishes:
+        recipe = [
+            recipe_item(i.name, [i.cook, i.cut], [i.source, *(c for c in i.candidate_sources if c != i.source)])
+            for i in dish.ingredients
+        ]
+        dishes.append({
+            "dish_id": dish.dish_id,
+            "estimated_branch_work": dish.work,
+            "ingredient_names": [i.name for i in dish.ingredients],
+            "recipe": recipe,
+        })
+    deps = [{"from": "gate_1", "to": d, "type": "door"} for d in (spec.door.locks_dishes if spec.door else [])]
+    deps += [{"from": parent, "to": child, "type": "decompose"} for parent, kids in spec.hierarchy.items() for child in kids]
+    resource = None
+    if spec.family == "conflict":
+        resource = {"knife": 1, "stove": 1}
+    elif spec.shared_inventory_capacity is not None:
+        resource = {"inventory": spec.shared_inventory_capacity}
+    family = "multi_dish_fork_join" if spec.family == "fork_join" else spec.family
+    offset = int(spec.task_id.rsplit("_", 1)[1])
+    return v9_row(
+        family=family, difficulty=spec.difficulty, split=spec.split, offset=offset, seed=spec.seed, dishes=dishes,
+        include_doors=int(spec.door is not None), limit_inventory=int(spec.agent_inventory_capacity is not None),
+        num_locations=len(spec.rooms), inventory_capacity=spec.agent_inventory_capacity or 1, budget=budget,
+        cooldown=spec.tool("knife").cooldown_steps, dependencies=deps, resource_capacity=resource,
+        family_line=spec.family_sentence if spec.family in ("dependency_gate", "resource_constrained") else None,
+        view=spec.description_view,
+    )

@@ -6,12 +6,13 @@ import asyncio
 import json
 
 import pytest
+from _v9_rows import v9_row_from_spec, write_jsonl
 
 from sera.envs.textworld.env import root_env_factory
 from sera.envs.textworld.oracle import TextWorldOracle
 from sera.envs.textworld.plan import plan_task
 from sera.envs.textworld.spec import DIFFICULTIES, FAMILIES, SyncTaskSpec
-from sera.envs.textworld.tasks import load_split
+from sera.envs.textworld.tasks import load_split, load_split_specs, load_tasks
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Completion, SamplingParams
 from sera.runtime.rollout import run_rollout
@@ -133,3 +134,78 @@ def test_oracle_runs_dishes_concurrently_only_when_nothing_can_block(family):
     assert len(dish_events) == expected
     if family == "fork_join" and spec.tools[0].cooldown_steps == 0:
         assert expected == 1
+
+
+# -- rules profiles ----------------------------------------------------------------------------
+
+
+def _v9_tasks(tmp_path, specs: list[SyncTaskSpec]) -> list[Task]:
+    """Our generated specs written as an authors' V9 file (budgets drawn the authors' way), read back."""
+    path = tmp_path / "v9.jsonl"
+    write_jsonl(path, [v9_row_from_spec(s) for s in specs])
+    return load_tasks(path)
+
+
+def _solve(tasks: list[Task]) -> list[tuple[Task, object]]:
+    oracle = TextWorldOracle(tasks)
+    return [(t, asyncio.run(run_rollout(t, oracle, root_env_factory(t)))) for t in tasks]
+
+
+def test_oracle_solves_authors_format_rows_under_reference_rules(tmp_path):
+    specs = load_split_specs("test")
+    sample = [next(s for s in specs if s.family == f and s.difficulty == d) for f in FAMILIES for d in DIFFICULTIES]
+    tasks = _v9_tasks(tmp_path, sample)
+    assert {t.misc["rules"] for t in tasks} == {"reference"}
+    for task, tree in _solve(tasks):
+        spec = SyncTaskSpec.from_task(task)
+        assert tree.root_success, task.id
+        assert tree.counters["world_actions"] == plan_task(spec).action_count <= spec.shared_budget, task.id
+        assert tree.root.final_state["rules"] == {"profile": "reference", "child_report": "world_success", "child_start": "root"}
+        assert tree.root.verifier_info["rules"]["profile"] == "reference"
+
+
+@pytest.mark.slow
+def test_oracle_solves_every_generated_test_task_under_sync_rules():
+    for task, tree in _solve(load_split("test")):
+        assert tree.root_success, task.id
+        assert tree.root.final_state["rules"]["profile"] == "sync"
+
+
+@pytest.mark.slow
+def test_oracle_solves_every_authors_format_test_row_that_its_budget_allows(tmp_path):
+    for task, tree in _solve(_v9_tasks(tmp_path, load_split_specs("test"))):
+        spec = SyncTaskSpec.from_task(task)
+        # The authors drew budgets without a plan; a row the plan does not fit is infeasible for it.
+        assert tree.root_success == (plan_task(spec).action_count <= spec.shared_budget), task.id
+
+
+def test_reference_rules_report_world_success_and_start_children_at_the_root(make_spec):
+    task = make_spec().model_copy(update={"rules": "reference"}).to_task()
+    policy = ScriptedPolicy({
+        "Prepare": ["<action>go to pantry</action>", '<delegate>{"goal": "Fetch the water for dish_1"}</delegate>'],
+        "Fetch the water": ["<action>look around</action>", "<finish>looked</finish>"],
+    })
+    tree = _run(task, policy)
+    system = tree.root.messages[0].content
+    assert "free" not in system and "looking around, checking the inventory" in system
+    assert "ruins the dish" not in system
+    report = tree.root.steps[1].observation
+    assert "world success=false" in report and "goal check" not in report
+    child = tree.children(tree.root_id)[0]
+    assert child.final_state["location"] == "pantry"  # where the root stands (it never moved)
+    assert tree.counters["world_actions"] == 2  # the child's look around cost a shared step
+
+
+def test_child_options_override_the_profile(make_spec):
+    task = make_spec().to_task()  # sync rules
+    policy = ScriptedPolicy({
+        "Prepare": ["<action>go to pantry</action>", '<delegate>{"goal": "Fetch the water for dish_1"}</delegate>'],
+        "Fetch the water": ["<finish>nothing</finish>"],
+    })
+    factory = root_env_factory(task, child_report="world_success", child_start="root")
+    tree = asyncio.run(run_rollout(task, policy, factory, RuntimeConfig()))
+    assert "world success=false" in tree.root.steps[1].observation
+    assert tree.root.final_state["rules"] == {"profile": "sync", "child_report": "world_success", "child_start": "root"}
+    sync = _run(task, policy)
+    assert "goal check=" in sync.root.steps[1].observation
+    assert "free: they cost none" in sync.root.messages[0].content
