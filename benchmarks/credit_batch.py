@@ -30,7 +30,7 @@ from sera.testing.tokenizing import TokenizingPolicy
 from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
-from sera.train.method import env_training, get_method
+from sera.train.method import get_method
 from sera.train.stage_data import build_batch
 
 PROTOCOL = {"textcraft-synth": "codeact", "textworld-sync": "text"}
@@ -45,7 +45,7 @@ def pick_tasks(env, n: int):
 
 async def collect(env, tasks, stage, rollouts, tokenizer, concurrency=4):
     method = get_method("sera")
-    settings = replace(env_training(env.name), label_source="verifier")
+    settings = replace(env, training=replace(env.training, label_source="verifier"))
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task, k):
@@ -67,7 +67,7 @@ def credit_cost(groups, stage, settings, tokenizer, repeats=3):
     best, batch = float("inf"), None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        batch = build_batch(groups, stage, method, settings, decode=tokenizer.decode)
+        batch = build_batch(groups, stage, method, settings.training, decode=tokenizer.decode)
         best = min(best, time.perf_counter() - t0)
     return {
         "trees": sum(len(g) for g in groups),

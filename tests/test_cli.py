@@ -41,7 +41,9 @@ def test_eval_redoes_a_corrupt_tree_file(tmp_path):
     [
         (["--env", "minecraft"], "unknown environment 'minecraft'; known: textcraft-synth"),
         (["--split", "test"], "unknown split 'test' for textcraft-synth; known: train, val"),
-        (["--task-id", "textcraft_synth.val.99999"], "unknown task id(s): textcraft_synth.val.99999"),
+        (["--task-id", "textcraft_synth.val.99999"], "no task with id 'textcraft_synth.val.99999' among 632 tasks"),
+        (["--limit", "-1"], "limit must be a positive number of tasks, got -1"),
+        (["--limit", "0"], "limit must be a positive number of tasks, got 0"),
         (["--difficulty", "trivial"], "unknown difficulty 'trivial'"),
         (["--policy", "gpt"], "unknown policy 'gpt'"),
     ],
@@ -85,6 +87,29 @@ def test_play_runs_a_task_from_typed_cells(tmp_path, monkeypatch):
     assert "success: True" in result.output
     tree = RolloutTree.from_json(out.read_text())
     assert len(tree.root.steps) == len(cells) and tree.root.finish_message == f"made {count}x {item}"
+
+
+def test_play_runs_a_textworld_task_from_typed_replies(tmp_path, monkeypatch):
+    """Bare commands are taken as `<action>` blocks; a reply typed with its tags is kept as typed.
+    The world ends the root's episode when the last dish is eaten."""
+    from sera.envs.textworld.plan import plan_task
+    from sera.envs.textworld.tasks import load_split_specs
+
+    spec = next(s for s in load_split_specs("test") if plan_task(s).action_count <= 17)
+    plan = plan_task(spec)
+    commands = plan.root_actions + [a for dish in plan.dishes for part in dish.parts for a in part]
+    replies = [f"<action>{commands[0]}</action>", *commands[1:]]
+    typed = iter(line for reply in replies for line in (reply, ""))
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    out = tmp_path / "played.json"
+    result = runner.invoke(app, ["play", "--env", "textworld-sync", "--split", "test", "--task-id", spec.task_id, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "success: True" in result.output
+    tree = RolloutTree.from_json(out.read_text())
+    root = tree.root
+    assert [s.action.kind for s in root.steps].count("invalid") == 0
+    assert [s.completion_text for s in root.steps] == [f"<action>{c}</action>" for c in commands]
+    assert tree.root_success is True
 
 
 def test_eval_textworld_prints_difficulty_and_family_tables(tmp_path):

@@ -11,10 +11,11 @@ import typer
 from rich.console import Console
 
 from sera.envs.registry import EnvSpec, env_names, get_env
+from sera.envs.selection import TaskSelection, select_tasks
 from sera.runtime.config import RuntimeConfig
 from sera.types import Task
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and evaluate recursive LLM agents.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate recursive LLM agents, write task sets, play tasks by hand.")
 data_app = typer.Typer(no_args_is_help=True, help="Write published task sets to files.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
@@ -33,31 +34,12 @@ def _env(name: str) -> EnvSpec:
         raise
 
 
-def _tasks(spec: EnvSpec, split: str, tasks_file: Path | None) -> list[Task]:
+def _select(spec: EnvSpec, selection: TaskSelection) -> list[Task]:
     try:
-        if tasks_file is not None:
-            return spec.load_file(tasks_file)
-        if split not in spec.splits:
-            _fail(f"unknown split {split!r} for {spec.name}; known: {', '.join(spec.splits)}")
-        return spec.load_split(split)
-    except (ValueError, OSError) as exc:
+        return select_tasks(spec, selection)
+    except (ValueError, OSError) as exc:  # TaskSelectionError, a corrupt task file, a missing one
         _fail(str(exc))
         raise
-
-
-def _select(tasks: list[Task], difficulty: str | None, task_ids: list[str] | None, limit: int | None) -> list[Task]:
-    if task_ids:
-        by_id = {t.id: t for t in tasks}
-        unknown = [i for i in task_ids if i not in by_id]
-        if unknown:
-            _fail(f"unknown task id(s): {', '.join(unknown)} (ids look like {tasks[0].id!r})")
-        tasks = [by_id[i] for i in task_ids]
-    if difficulty:
-        known = sorted({t.difficulty for t in tasks if t.difficulty})
-        if difficulty not in known:
-            _fail(f"unknown difficulty {difficulty!r}; known: {', '.join(known)}")
-        tasks = [t for t in tasks if t.difficulty == difficulty]
-    return tasks[:limit] if limit is not None else tasks
 
 
 @app.command("eval")
@@ -86,9 +68,8 @@ def eval_command(
     from sera.eval.report import print_summary
 
     spec = _env(env)
-    tasks = _select(_tasks(spec, split, tasks_file), difficulty, task_id, limit)
-    if not tasks:
-        _fail("no task selected")
+    selection = TaskSelection(split, tasks_file, tuple(task_id or ()), difficulty, limit)
+    tasks = _select(spec, selection)
     from sera.policy.factory import PolicyRequest, build_policy, fit_sampling
 
     try:
@@ -107,7 +88,7 @@ def eval_command(
     summary = asyncio.run(
         evaluate(
             tasks, agent_policy, spec.root_env, out,
-            env_name=spec.name, split=split if tasks_file is None else str(tasks_file), policy_name=policy_name,
+            env_name=spec.name, split=selection.source, policy_name=policy_name,
             config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling),
             concurrency=concurrency, show_progress=progress,
         )
@@ -154,13 +135,13 @@ def play_command(
     split: Annotated[str, typer.Option(help="Task split.")] = "val",
     out: Annotated[Path | None, typer.Option(help="Save the rollout tree here.")] = None,
 ) -> None:
-    """Play a task yourself through the agent interface: type code cells, end each with an empty line."""
+    """Play a task yourself through the agent interface: type replies, end each with an empty line."""
     from sera.policy.human import HumanPolicy
     from sera.runtime.rollout import run_rollout
 
     spec = _env(env)
-    (task,) = _select(_tasks(spec, split, None), None, [task_id], None)
-    tree = asyncio.run(run_rollout(task, HumanPolicy(), spec.root_env(task)))
+    (task,) = _select(spec, TaskSelection(split, task_ids=(task_id,)))
+    tree = asyncio.run(run_rollout(task, HumanPolicy(protocol=spec.protocol), spec.root_env(task)))
     Console().print(f"\nsuccess: {tree.root_success}  agents: {len(tree.nodes)}")
     if out is not None:
         out.write_text(tree.to_json(indent=2))

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sera.envs.textcraft.env import CHILD_TOOLS as TEXTCRAFT_CHILD_TOOLS
+from sera.envs.textcraft.global_rubric import GLOBAL_TEXTCRAFT_RUBRIC
 from sera.rubric import (
-    GLOBAL_TEXTCRAFT_RUBRIC,
     REFERENCE,
     RUBRIC_SCORER_MARKER,
     RUBRIC_WRITER_MARKER,

@@ -8,8 +8,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from sera.envs.textcraft.global_rubric import GLOBAL_TEXTCRAFT_RUBRIC
 from sera.rubric import (
-    GLOBAL_TEXTCRAFT_RUBRIC,
     REFERENCE,
     STRICT,
     Rubric,

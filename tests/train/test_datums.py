@@ -19,6 +19,7 @@ from sera.train.datums import (
     model_call_datum,
     truncate_after_last_trainable,
 )
+from sera.agents.protocol import CODEACT, TEXT
 from sera.train.spans import SpanAlignmentError
 from sera.types import AgentNode, Message, ModelCall, Step
 
@@ -201,7 +202,7 @@ def trained_text(datum: Datum) -> str:
 
 def test_codeact_delegation_trains_exactly_the_gather_statement():
     node = make_node()
-    [datum] = delegation_datums(node, 2, 0.5, trajectory_id="t/root", decode=decode, protocol="codeact")
+    [datum] = delegation_datums(node, 2, 0.5, trajectory_id="t/root", decode=decode, launch_spans=CODEACT.launch_spans)
     chosen = trained_text(datum)
     assert GATHER in chosen
     for other in ("view_inventory", "print(inv)", "for r in results", "<thought>", "</python>"):
@@ -217,7 +218,7 @@ def test_codeact_delegation_trains_exactly_the_gather_statement():
 def test_syntax_error_delegation_trains_the_whole_cell():
     code = "goals = ['a', 'b'\nr = launch_subagent(goals[0])"
     node = make_node(replies=[f"<thought>Try.</thought>\n<python>{code}</python>"], observations=["Error"])
-    [datum] = delegation_datums(node, 0, 0.0, trajectory_id="t", decode=decode, protocol="codeact")
+    [datum] = delegation_datums(node, 0, 0.0, trajectory_id="t", decode=decode, launch_spans=CODEACT.launch_spans)
     chosen = trained_text(datum)
     assert code in chosen and "Try." not in chosen
 
@@ -225,7 +226,7 @@ def test_syntax_error_delegation_trains_the_whole_cell():
 def test_non_ascii_code_before_the_launch_is_not_trained():
     code = "note = 'café ☕ für 日本'; r = await launch_subagent(note)\nprint('ü', r)"
     node = make_node(replies=[f"<python>{code}</python>"], observations=["ok"])
-    [datum] = delegation_datums(node, 0, 1.0, trajectory_id="t", decode=decode, protocol="codeact")
+    [datum] = delegation_datums(node, 0, 1.0, trajectory_id="t", decode=decode, launch_spans=CODEACT.launch_spans)
     chosen = trained_text(datum)
     assert "r = await launch_subagent(note)" in chosen
     assert "café" not in chosen and "print" not in chosen
@@ -236,25 +237,25 @@ def test_text_protocol_delegation_trains_the_delegate_block_also_when_unclosed()
     node = make_node(replies=["<action>take knife</action>", reply], observations=["You take the knife.", "done"],
                      protocol="text")
     assert node.steps[1].completion_text.endswith('"}')  # the stop string was cut from the text
-    [datum] = delegation_datums(node, 1, 1.0, trajectory_id="t", decode=decode, protocol="text")
+    [datum] = delegation_datums(node, 1, 1.0, trajectory_id="t", decode=decode, launch_spans=TEXT.launch_spans)
     chosen = trained_text(datum)
     assert '<delegate>{"goal": "slice the carrot"}' in chosen and "carrot needs" not in chosen
     closed = make_node(replies=[reply + " and wait."], observations=["done"], protocol="text")
-    [datum] = delegation_datums(closed, 0, 1.0, trajectory_id="t", decode=decode, protocol="text")
+    [datum] = delegation_datums(closed, 0, 1.0, trajectory_id="t", decode=decode, launch_spans=TEXT.launch_spans)
     assert '<delegate>{"goal": "slice the carrot"}</delegate>' in trained_text(datum)
     assert "wait" not in decode(datum.tokens)  # cut after the last trained token
 
 
 def test_a_step_without_launch_gives_no_delegation_datum():
     node = make_node()
-    assert delegation_datums(node, 0, 1.0, trajectory_id="t", decode=decode, protocol="codeact") == []
+    assert delegation_datums(node, 0, 1.0, trajectory_id="t", decode=decode, launch_spans=CODEACT.launch_spans) == []
 
 
 def test_delegation_text_that_does_not_match_its_tokens_is_an_alignment_error():
     node = make_node()
     node.steps[2].completion_text = DELEGATING_REPLY.replace("view_inventory", "view_stuff")
     with pytest.raises(SpanAlignmentError, match="differ at char"):
-        delegation_datums(node, 2, 1.0, trajectory_id="t", decode=decode, protocol="codeact")
+        delegation_datums(node, 2, 1.0, trajectory_id="t", decode=decode, launch_spans=CODEACT.launch_spans)
 
 
 # -- truncation, rubric calls, records -----------------------------------------------------------

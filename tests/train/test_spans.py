@@ -6,14 +6,8 @@ import pytest
 
 from sera.testing.tiny import tiny_tokenizer
 from sera.train import spans as spans_module
-from sera.train.spans import (
-    SpanAlignmentError,
-    codeact_launch_spans,
-    delegate_block_spans,
-    launch_statement_spans,
-    token_char_offsets,
-    token_mask_for_spans,
-)
+from sera.agents.launch_spans import codeact_launch_spans, delegate_block_spans, launch_statement_spans
+from sera.train.spans import SpanAlignmentError, token_char_offsets, token_mask_for_spans
 
 TOKENIZER = tiny_tokenizer()
 

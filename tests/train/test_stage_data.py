@@ -18,11 +18,13 @@ from sera.rubric import parse_rubric
 from sera.testing.rubric_oracle import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
-from sera.train.method import EnvTraining, env_training, get_method
+from sera.agents.protocol import TEXT
+from sera.envs.registry import EnvTraining
+from sera.train.method import get_method
 from sera.train.stage_data import build_batch
 from sera.types import Action, AgentNode, ForkBranch, ForkGroup, ModelCall, RolloutTree, Step
 
-ENV = EnvTraining(protocol="text", label_source="verifier", filter_zero_variance=False, drop_error_steps=False,
+ENV = EnvTraining(protocol=TEXT, label_source="verifier", filter_zero_variance=False, drop_error_steps=False,
                   score_max_tokens_rt=512)
 
 
@@ -128,7 +130,7 @@ def recorded():
     async def collect(stage, seed):
         agent = SabotagedPolicy(TEXTCRAFT.oracle([task]), rate=0.35, seed=seed, protocol="codeact")
         policy = TokenizingPolicy(RubricOracle(agent), tokenizer)
-        collector = Collector(policy, get_method("sera"), env_training(TEXTCRAFT.name),
+        collector = Collector(policy, get_method("sera"), TEXTCRAFT,
                               RuntimeConfig(sampling=TEXTCRAFT.sampling))
         return await collector.collect(task, TEXTCRAFT.root_env(task), stage, seed=seed)
 
@@ -149,7 +151,7 @@ def test_recorded_trees_round_trip(recorded):
 
 def test_recorded_rubric_stage(recorded):
     tokenizer, rt, _ = recorded
-    batch = build_batch([rt], "rubric_generation", get_method("sera"), env_training(TEXTCRAFT.name))
+    batch = build_batch([rt], "rubric_generation", get_method("sera"), TEXTCRAFT.training)
     groups = [g for t in rt for g in t.fork_groups]
     assert len(groups) == 6  # two groups of 8 per rollout (16 copies)
     mixed = [g for g in groups if {b.label for b in g.branches} == {True, False}]
@@ -162,7 +164,7 @@ def test_recorded_rubric_stage(recorded):
 
 def test_recorded_delegation_and_execution_stages_ignore_uncommitted_branches(recorded):
     tokenizer, rt, ex = recorded
-    method, env = get_method("sera"), env_training(TEXTCRAFT.name)
+    method, env = get_method("sera"), TEXTCRAFT.training
     for trees in (rt, ex):
         live = [set(live_nodes(t)) for t in trees]
         execution = build_batch([trees], "execution", method, replace(env, filter_zero_variance=False))

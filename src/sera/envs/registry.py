@@ -1,19 +1,46 @@
-"""Environments the CLI and harness know by name."""
+"""Environments by name, each with every fact the rest of sera needs about it: its tasks, the
+root agent's environment, the scripted expert, evaluation sampling, the reply protocol, the
+settings credit needs, and its fixed rubric for the global-rubric ablation.
+
+Environment modules are imported only when their entry is asked for.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
-from sera.runtime.policy import Policy, SamplingParams
+from sera.agents.protocol import CODEACT, TEXT, ReplyProtocol
 from sera.runtime.delegation import EnvFactory
+from sera.runtime.policy import Policy, SamplingParams
 from sera.types import Task
+
+if TYPE_CHECKING:
+    from sera.rubric import Rubric
+
+
+@dataclass(frozen=True)
+class EnvTraining:
+    """What credit needs to know about an environment."""
+
+    protocol: ReplyProtocol
+    """The reply protocol: where launch spans are, what a launch attempt is."""
+    label_source: Literal["verifier", "judge"]
+    """Children's labels (RAO rewards, counterfactual branches): the programmatic verifier or an
+    external judge."""
+    filter_zero_variance: bool
+    """Drop a task's datums when all their advantages are equal (TextCraft) or keep them (TextWorld)."""
+    drop_error_steps: bool
+    """In a successful trajectory, leave steps that raised an error untrained (TextCraft)."""
+    score_max_tokens_rt: int
+    """Scorer completion cap in rubric training (1,024 TextCraft, 512 TextWorld)."""
 
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """How to get tasks, environments and the scripted expert of one environment."""
+    """One environment: how to get its tasks, environments and scripted expert, and its facts."""
 
     name: str
     """Registry name."""
@@ -29,14 +56,27 @@ class EnvSpec:
     """The scripted expert policy for the given tasks (an oracle may know its tasks)."""
     sampling: SamplingParams
     """Evaluation sampling of model policies (the paper's settings: greedy, caps, stops)."""
+    training: EnvTraining
+    """What credit needs to know (labels, filters, the reply protocol)."""
+    global_rubric: Callable[[], Rubric] | None = None
+    """The fixed rubric of the global-rubric ablation; None where the paper has none."""
+
+    @property
+    def protocol(self) -> ReplyProtocol:
+        """How the environment's agents write replies."""
+        return self.training.protocol
 
 
 def _textcraft() -> EnvSpec:
-    from sera.agents.codeact import STOP
     from sera.envs.textcraft.env import root_env_factory
     from sera.envs.textcraft.oracle import TextCraftOracle
     from sera.envs.textcraft.recipes import default_recipe_book
     from sera.envs.textcraft.tasks import load_split, load_tasks
+
+    def global_rubric() -> Rubric:
+        from sera.envs.textcraft.global_rubric import GLOBAL_TEXTCRAFT_RUBRIC
+
+        return GLOBAL_TEXTCRAFT_RUBRIC
 
     return EnvSpec(
         name="textcraft-synth",
@@ -45,12 +85,13 @@ def _textcraft() -> EnvSpec:
         load_file=load_tasks,
         root_env=lambda task: root_env_factory(task, default_recipe_book()),
         oracle=lambda tasks: TextCraftOracle(),
-        sampling=SamplingParams(temperature=0.0, max_tokens=512, stop=(STOP,), max_prompt_tokens=9728),
+        sampling=SamplingParams(temperature=0.0, max_tokens=512, stop=CODEACT.stops, max_prompt_tokens=9728),
+        training=EnvTraining(CODEACT, "verifier", filter_zero_variance=True, drop_error_steps=True, score_max_tokens_rt=1024),
+        global_rubric=global_rubric,
     )
 
 
 def _textworld() -> EnvSpec:
-    from sera.agents.text_protocol import STOPS
     from sera.envs.textworld.env import root_env_factory
     from sera.envs.textworld.oracle import TextWorldOracle
     from sera.envs.textworld.tasks import load_split, load_tasks
@@ -63,7 +104,8 @@ def _textworld() -> EnvSpec:
         root_env=root_env_factory,
         oracle=TextWorldOracle,
         # Stopping on a closing tag saves tokens; the parser accepts the unclosed final block.
-        sampling=SamplingParams(temperature=0.0, max_tokens=3072, stop=STOPS, max_prompt_tokens=10240),
+        sampling=SamplingParams(temperature=0.0, max_tokens=3072, stop=TEXT.stops, max_prompt_tokens=10240),
+        training=EnvTraining(TEXT, "judge", filter_zero_variance=False, drop_error_steps=False, score_max_tokens_rt=512),
     )
 
 

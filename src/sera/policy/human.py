@@ -1,10 +1,12 @@
-"""A person as the policy: shows each observation and reads a code cell from the terminal."""
+"""A person as the policy: shows each observation and reads a reply from the terminal, written in
+the environment's reply protocol (a code cell for CodeAct, a command or tagged reply for text)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
+from sera.agents.protocol import CODEACT, ReplyProtocol
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message
 
@@ -13,22 +15,27 @@ END_OF_CELL = ""
 
 
 class HumanPolicy:
-    """Prints the newest messages and reads the reply cell line by line."""
+    """Prints the newest messages and reads the reply line by line (an empty line sends it)."""
 
-    def __init__(self, read_line: Callable[[str], str] = input, write: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        read_line: Callable[[str], str] = input,
+        write: Callable[[str], None] = print,
+        protocol: ReplyProtocol = CODEACT,
+    ) -> None:
         self._read_line = read_line
         self._write = write
+        self.protocol = protocol
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         new = messages[1:] if len(messages) == 2 else messages[-1:]
         for message in new:
             self._write(f"\n--- {message.role} ---\n{message.content}")
-        self._write("\nType a Python cell; an empty line runs it (`finish('...')` ends the episode).")
+        self._write(f"\n{self.protocol.human_hint}")
         lines = []
         while True:
             line = await asyncio.to_thread(self._read_line, ">>> " if not lines else "... ")
             if line == END_OF_CELL and lines:
                 break
             lines.append(line)
-        code = "\n".join(lines)
-        return Completion(text=f"<python>\n{code}\n</python>", finish_reason="stop")
+        return Completion(text=self.protocol.wrap_human("\n".join(lines)), finish_reason="stop")

@@ -3,11 +3,10 @@ scores the finished child with it (sera-spec §4).
 
 `schema`: the `Rubric` record and its strict parser (`STRICT` limits; `REFERENCE` for the
 released code's rules). `prompts`: the writer's and the scorer's messages. `score`: parsing the
-scorer's reply and the gated weighted score. `global_rubric`: the fixed TextCraft rubric of the
-global-rubric ablation.
+scorer's reply and the gated weighted score. An environment's fixed rubric for the global-rubric
+ablation lives with the environment (`EnvSpec.global_rubric`).
 """
 
-from sera.rubric.global_rubric import GLOBAL_TEXTCRAFT_RUBRIC
 from sera.rubric.prompts import (
     RUBRIC_SCORER_MARKER,
     RUBRIC_WRITER_MARKER,
@@ -36,7 +35,6 @@ from sera.rubric.score import (
 )
 
 __all__ = [
-    "GLOBAL_TEXTCRAFT_RUBRIC",
     "REFERENCE",
     "RUBRIC_SCORER_MARKER",
     "RUBRIC_WRITER_MARKER",

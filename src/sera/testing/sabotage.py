@@ -12,15 +12,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from sera.agents.protocol import PROTOCOLS
 from sera.runtime.policy import Completion, Policy, SamplingParams
 from sera.types import Message, Usage
-
-GIVE_UP_REPLIES = {
-    "codeact": '<thought>This is already done.</thought>\n<python>finish("Done: the items are crafted.")</python>',
-    "text": "The goal is complete.\n<finish>Done: the goal is complete.</finish>",
-}
-"""What a sabotaged agent replies, per protocol."""
-
 
 def is_root_agent(messages: list[Message]) -> bool:
     """True for the root agent's conversation in the built-in environments."""
@@ -48,11 +42,11 @@ class SabotagedPolicy:
     ) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"rate must be in [0, 1], got {rate}")
-        if protocol not in GIVE_UP_REPLIES:
-            raise ValueError(f"protocol must be one of {sorted(GIVE_UP_REPLIES)}, got {protocol!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}")
         self.inner = inner
         self.rate = rate
-        self.reply = GIVE_UP_REPLIES[protocol]
+        self.reply = PROTOCOLS[protocol].give_up_reply
         self.is_root = (is_root or is_root_agent) if spare_root else None
         self._rng = random.Random(seed)
 

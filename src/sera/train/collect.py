@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sera.rubric import GLOBAL_TEXTCRAFT_RUBRIC, REFERENCE, STRICT
+from sera.envs.registry import EnvSpec
+from sera.rubric import REFERENCE, STRICT
 from sera.runtime.config import RuntimeConfig
 from sera.launchers.counterfactual import CounterfactualLauncher
 from sera.launchers.frozen_rubric import FrozenRubricLauncher
@@ -31,7 +32,7 @@ from sera.launchers.rubric_calls import (
 from sera.runtime.delegation import EnvFactory, Launcher, PlainLauncher
 from sera.runtime.policy import Policy
 from sera.runtime.rollout import run_rollout
-from sera.train.method import EnvTraining, Method
+from sera.train.method import Method
 from sera.train.schedule import Stage
 from sera.types import RolloutTree, Task
 
@@ -44,8 +45,8 @@ class Collector:
     """The policy being trained: agents, rubric writer and scorer."""
     method: Method
     """Credit rules and schedule."""
-    env: EnvTraining
-    """Environment-specific credit settings."""
+    env: EnvSpec
+    """The environment (its credit settings, reply protocol and global rubric)."""
     runtime: RuntimeConfig
     """Budgets and sampling of agent steps."""
     judge: Any = None
@@ -55,7 +56,7 @@ class Collector:
         needs_judge = [
             why
             for why, needed in (
-                ("judged child labels", self.env.label_source == "judge"
+                ("judged child labels", self.env.training.label_source == "judge"
                  and ("rubric_generation" in self.method.schedule or self.method.execution_credit == "rao")),
                 ("external rubrics", self.method.rubric_writer == "external"),
                 ("an external scorer", self.method.rubric_scorer == "external"),
@@ -67,15 +68,19 @@ class Collector:
                 f"method {self.method.name!r} needs an external judge model for {', '.join(needs_judge)}; "
                 "give a JudgeClient (e.g. --judge-url/--judge-model)"
             )
-        if self.method.rubric_writer == "global" and self.env.protocol != "codeact":
-            raise ValueError("the global fixed rubric exists for TextCraft-Synth only (sera-spec §4.5)")
+        if self.method.rubric_writer == "global" and self.env.global_rubric is None:
+            raise ValueError(
+                f"method {self.method.name!r} scores with a global fixed rubric, and {self.env.name} has none "
+                "(the paper's exists for TextCraft-Synth only, sera-spec §4.5)"
+            )
 
     def _limits(self):
         return STRICT if self.method.rubric_limits == "strict" else REFERENCE
 
     def writer(self) -> RubricWriter:
         if self.method.rubric_writer == "global":
-            return GlobalRubricWriter(GLOBAL_TEXTCRAFT_RUBRIC)
+            assert self.env.global_rubric is not None  # checked when the collector was made
+            return GlobalRubricWriter(self.env.global_rubric())
         if self.method.rubric_writer == "external":
             return ExternalRubricWriter(self.judge, self._limits())
         return PolicyRubricWriter(self.policy, limits=self._limits())
@@ -83,11 +88,11 @@ class Collector:
     def scorer(self, stage: Stage) -> RubricScorer:
         if self.method.rubric_scorer == "external":
             return ExternalRubricScorer(self.judge, self.method.score_mode)
-        cap = self.env.score_max_tokens_rt if stage == "rubric_generation" else SCORE_SAMPLING.max_tokens
+        cap = self.env.training.score_max_tokens_rt if stage == "rubric_generation" else SCORE_SAMPLING.max_tokens
         return PolicyRubricScorer(self.policy, replace(SCORE_SAMPLING, max_tokens=cap), self.method.score_mode)
 
     def labeler(self) -> Labeler:
-        return JudgeLabeler(self.judge) if self.env.label_source == "judge" else VerifierLabeler()
+        return JudgeLabeler(self.judge) if self.env.training.label_source == "judge" else VerifierLabeler()
 
     def launcher(self, stage: Stage) -> Launcher:
         """A fresh launcher for one root rollout of `stage`."""
@@ -110,7 +115,7 @@ class Collector:
             task, self.policy, make_root_env, self.runtime,
             seed=seed, policy_version=policy_version, launcher=self.launcher(stage),
         )
-        if stage == "execution" and self.method.execution_credit == "rao" and self.env.label_source == "judge":
+        if stage == "execution" and self.method.execution_credit == "rao" and self.env.training.label_source == "judge":
             await judge_children(tree, self.labeler())  # counts its calls and tokens in the tree
         return tree
 

@@ -18,9 +18,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from sera.train.spans import Decode, codeact_launch_spans, delegate_block_spans, token_mask_for_spans
+from sera.agents.launch_spans import Span
+from sera.train.spans import Decode, token_mask_for_spans
 from sera.types import AgentNode, ModelCall, Step
 
 Trainable = Callable[[Step], list[bool] | bool]
@@ -231,13 +231,13 @@ def delegation_datums(
     *,
     trajectory_id: str,
     decode: Decode,
-    protocol: Literal["codeact", "text"],
+    launch_spans: Callable[[str], list[Span]],
     stage: str = "delegation",
 ) -> list[Datum]:
     """The datum training the launch span of one step (§6.2 items 5-6).
 
-    The launch spans of the step's completion (CodeAct launch statements or `<delegate>` blocks)
-    are mapped to completion tokens; the datum is the merged prefix sequence of the node's steps up
+    The launch spans of the step's completion (`launch_spans`: the reply protocol's, CodeAct
+    launch statements or `<delegate>` blocks) are mapped to completion tokens; the datum is the merged prefix sequence of the node's steps up
     to that step, cut right after its last trained token. Returns [] when the completion has no
     launch span or no token lines up with one (the caller counts such events as skipped).
     """
@@ -246,12 +246,7 @@ def delegation_datums(
         raise IndexError(f"node {node.id!r} has {len(node.steps)} steps; no step {step_index}")
     step = node.steps[step_index]
     _, completion = _step_tokens(node.id, step)
-    if protocol == "codeact":
-        spans = codeact_launch_spans(step.completion_text)
-    elif protocol == "text":
-        spans = delegate_block_spans(step.completion_text)
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}; expected 'codeact' or 'text'")
+    spans = launch_spans(step.completion_text)
     if not spans:
         return []
     launch_mask = token_mask_for_spans(completion, step.completion_text, spans, decode)

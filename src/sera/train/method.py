@@ -1,8 +1,8 @@
 """Training methods as named presets: RAO, SERA, their ablations (sera-spec §6.3, §7.6, §4.5, §5.5).
 
-A `Method` says how each node is credited and which stages alternate; `EnvTraining` holds what
-depends on the environment (where labels come from, the reply protocol, zero-variance
-filtering). Presets follow the paper's recipes; every field can be overridden by name, and an
+A `Method` says how each node is credited and which stages alternate; what depends on the
+environment (where labels come from, the reply protocol, zero-variance filtering) is the
+environment's own (`sera.envs.registry.EnvTraining`). Presets follow the paper's recipes; every field can be overridden by name, and an
 unknown name or value is an error that lists the allowed ones.
 """
 
@@ -112,32 +112,3 @@ def get_method(name: str, **overrides: Any) -> Method:
     if name not in PRESETS:
         raise ValueError(f"unknown method {name!r}; presets: {sorted(PRESETS)}")
     return PRESETS[name].with_overrides(**overrides) if overrides else PRESETS[name]
-
-
-@dataclass(frozen=True)
-class EnvTraining:
-    """What credit needs to know about an environment."""
-
-    protocol: Literal["codeact", "text"]
-    """Reply protocol: where launch spans are (`launch_subagent` statements or `<delegate>` blocks)."""
-    label_source: Literal["verifier", "judge"]
-    """Children's labels (RAO rewards, counterfactual branches): the programmatic verifier or an
-    external judge."""
-    filter_zero_variance: bool
-    """Drop a task's datums when all their advantages are equal (TextCraft) or keep them (TextWorld)."""
-    drop_error_steps: bool
-    """In a successful trajectory, leave steps that raised an error untrained (TextCraft)."""
-    score_max_tokens_rt: int
-    """Scorer completion cap in rubric training (1,024 TextCraft, 512 TextWorld)."""
-
-
-ENV_TRAINING: dict[str, EnvTraining] = {
-    "textcraft-synth": EnvTraining("codeact", "verifier", True, True, 1024),
-    "textworld-sync": EnvTraining("text", "judge", False, False, 512),
-}
-
-
-def env_training(env: str) -> EnvTraining:
-    if env not in ENV_TRAINING:
-        raise ValueError(f"no training settings for environment {env!r}; known: {sorted(ENV_TRAINING)}")
-    return ENV_TRAINING[env]

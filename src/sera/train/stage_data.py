@@ -15,9 +15,8 @@ Pure functions of the trees (and of a tokenizer's `decode` for launch spans): no
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sera.credit import (
@@ -32,12 +31,12 @@ from sera.credit import (
 )
 from sera.credit.execution import execution_rewards
 from sera.train.datums import Datum, MissingTokensError, delegation_datums, execution_datums, model_call_datum
-from sera.train.method import EnvTraining, Method
+from sera.train.spans import Decode
+from sera.envs.registry import EnvTraining
+from sera.train.method import Method
 from sera.train.schedule import Stage
 from sera.types import RolloutTree
 
-Decode = Callable[[list[int]], str]
-_LAUNCH_ATTEMPT = {"codeact": re.compile(r"\blaunch_subagent\b"), "text": re.compile(r"<delegate>")}
 
 
 @dataclass
@@ -111,7 +110,7 @@ def delegation_stage(trees: Sequence[RolloutTree], env: EnvTraining, decode: Dec
         events = [(parent, step, reward) for (parent, step), reward in coverage.items()]
         for node in live_nodes(tree).values():  # launch attempts that launched nothing earn 0
             for step in node.steps:
-                if not step.child_ids and _LAUNCH_ATTEMPT[env.protocol].search(step.completion_text):
+                if not step.child_ids and env.protocol.is_launch_attempt(step.completion_text):
                     events.append((node.id, step.index, 0.0))
                     data.counts["invalid_launch_attempts"] += 1
         per_tree.append(events)
@@ -124,7 +123,7 @@ def delegation_stage(trees: Sequence[RolloutTree], env: EnvTraining, decode: Dec
             try:
                 datums = delegation_datums(
                     node, step_index, advantage, trajectory_id=f"{_tree_key(tree, index)}/{node_id}",
-                    decode=decode, protocol=env.protocol,
+                    decode=decode, launch_spans=env.protocol.launch_spans,
                 )
             except MissingTokensError:
                 data.counts["events_without_token_ids"] += 1
