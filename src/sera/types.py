@@ -309,49 +309,99 @@ class RolloutTree(Record):
         return cls.model_validate_json(text)
 
     # -- structure -----------------------------------------------------------------------------
+    # Every structural question is answered for the LIVE tree: a counterfactual group commits one
+    # branch back to its parent; the other branches (and all they launched) never happened as far
+    # as the root is concerned. `nodes` still holds every agent, branches included.
 
     @property
     def root(self) -> AgentNode:
         """The root agent."""
         return self.nodes[self.root_id]
 
+    def live_nodes(self) -> dict[str, AgentNode]:
+        """The nodes minus uncommitted branches and everything below them, in creation order.
+
+        A node is a branch when `fork_group_id` is set; it survives only when its group's
+        `committed_branch == branch_index` (a group with `committed_branch=None` keeps none).
+        Raises ValueError when a node names a fork group the tree does not have, has only one of
+        `fork_group_id` / `branch_index`, or its parent links are broken.
+        """
+        committed = {group.id: group.committed_branch for group in self.fork_groups}
+        live: dict[str, AgentNode] = {}
+        for node in self.nodes.values():  # creation order: a parent precedes its children
+            if (node.fork_group_id is None) != (node.branch_index is None):
+                raise ValueError(
+                    f"node {node.id!r}: fork_group_id={node.fork_group_id!r} and "
+                    f"branch_index={node.branch_index!r} must be set together"
+                )
+            if node.fork_group_id is not None:
+                if node.fork_group_id not in committed:
+                    raise ValueError(
+                        f"node {node.id!r}: fork_group_id {node.fork_group_id!r} is not among the "
+                        f"tree's fork groups {sorted(committed)}"
+                    )
+                if committed[node.fork_group_id] != node.branch_index:
+                    continue
+            if node.parent_id is not None and node.parent_id not in self.nodes:
+                raise ValueError(f"node {node.id!r}: parent {node.parent_id!r} is not in the tree")
+            if node.parent_id is None or node.parent_id in live:
+                live[node.id] = node
+        return live
+
+    def _live_children(self) -> tuple[dict[str, AgentNode], dict[str, list[AgentNode]]]:
+        nodes = self.live_nodes()
+        kids: dict[str, list[AgentNode]] = {node_id: [] for node_id in nodes}
+        for node in nodes.values():
+            if node.parent_id is not None:
+                kids[node.parent_id].append(node)
+        return nodes, kids
+
     def children(self, node_id: str) -> list[AgentNode]:
-        """Direct children of a node, in creation order."""
-        return [n for n in self.nodes.values() if n.parent_id == node_id]
+        """Direct live children of a node, in creation order."""
+        return self._live_children()[1].get(node_id, [])
 
     def leaves(self) -> list[AgentNode]:
-        """Agents that launched no child."""
-        parents = {n.parent_id for n in self.nodes.values() if n.parent_id is not None}
-        return [n for n in self.nodes.values() if n.id not in parents]
+        """Live agents that launched no live child."""
+        nodes, kids = self._live_children()
+        return [n for n in nodes.values() if not kids[n.id]]
 
     def leaves_under(self, node_id: str) -> list[AgentNode]:
-        """Leaves of the subtree rooted at `node_id` (the node itself if it has no child)."""
-        below = self.descendants(node_id)
-        if not below:
-            return [self.nodes[node_id]]
-        leaf_ids = {n.id for n in self.leaves()}
-        return [n for n in below if n.id in leaf_ids]
+        """Live leaves of the subtree rooted at `node_id` (the node itself if it has no child)."""
+        _, kids = self._live_children()
+        out: list[AgentNode] = []
+        stack = [self.nodes[node_id]]
+        while stack:
+            node = stack.pop()
+            below = kids.get(node.id, [])
+            if not below:
+                out.append(node)
+            stack.extend(reversed(below))
+        return out
 
     def descendants(self, node_id: str) -> list[AgentNode]:
-        """All agents below `node_id`, breadth first."""
+        """All live agents below `node_id`, breadth first."""
+        _, kids = self._live_children()
         out: list[AgentNode] = []
-        frontier = [node_id]
+        frontier = kids.get(node_id, [])
         while frontier:
-            kids = [c for parent in frontier for c in self.children(parent)]
-            out.extend(kids)
-            frontier = [k.id for k in kids]
+            out.extend(frontier)
+            frontier = [c for parent in frontier for c in kids[parent.id]]
         return out
 
     def depth(self) -> int:
-        """Deepest agent depth in the tree (0 for a lone root)."""
-        return max(n.depth for n in self.nodes.values())
+        """Deepest live agent depth (0 for a lone root)."""
+        return max(n.depth for n in self.live_nodes().values())
 
     def delegation_events(self) -> list[DelegationEvent]:
-        """Children grouped by the parent step that launched them, in creation order."""
+        """Live children grouped by the parent step that launched them, in creation order.
+
+        Raises ValueError for a child without `fork_step`."""
         events: dict[tuple[str, int], list[str]] = {}
-        for node in self.nodes.values():
-            if node.parent_id is None or node.fork_step is None:
+        for node in self.live_nodes().values():
+            if node.parent_id is None:
                 continue
+            if node.fork_step is None:
+                raise ValueError(f"node {node.id!r} has parent {node.parent_id!r} but no fork_step")
             events.setdefault((node.parent_id, node.fork_step), []).append(node.id)
         return [
             DelegationEvent(parent_id=p, parent_step=s, child_ids=ids)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sera.credit import leaf_coverage, leaf_rewards, live_nodes
+from sera.credit import leaf_coverage, leaf_rewards
 from sera.types import Action, AgentNode, ForkBranch, ForkGroup, RolloutTree, Step
 
 
@@ -106,23 +106,23 @@ def test_leaf_rewards_scale_coverage_by_root_reward():
 
 def test_live_nodes_keeps_trees_without_forks_whole():
     tree = build(("root", None, None), ("a", "root", 0), ("a1", "a", 0))
-    assert list(live_nodes(tree)) == ["root", "a", "a1"]
+    assert list(tree.live_nodes()) == ["root", "a", "a1"]
 
 
 def test_live_nodes_drops_uncommitted_branches_with_descendants():
-    assert list(live_nodes(forked_tree(committed=1))) == ["root", "b1", "b1x", "b1y", "c"]
-    assert list(live_nodes(forked_tree(committed=0))) == ["root", "b0", "b0x", "c"]
-    assert list(live_nodes(forked_tree(committed=None))) == ["root", "c"]
+    assert list(forked_tree(committed=1).live_nodes()) == ["root", "b1", "b1x", "b1y", "c"]
+    assert list(forked_tree(committed=0).live_nodes()) == ["root", "b0", "b0x", "c"]
+    assert list(forked_tree(committed=None).live_nodes()) == ["root", "c"]
 
 
 def test_live_nodes_rejects_inconsistent_branch_fields():
     unknown_group = build(("root", None, None), ("b0", "root", 0, branch("nope", 0)))
     with pytest.raises(ValueError, match="'nope'"):
-        live_nodes(unknown_group)
+        unknown_group.live_nodes()
     half_set = build(("root", None, None), ("b0", "root", 0, {"fork_group_id": "g"}),
                      fork_groups=(group(0, n=1),))
     with pytest.raises(ValueError, match="must be set together"):
-        live_nodes(half_set)
+        half_set.live_nodes()
 
 
 def test_child_without_fork_step_is_an_error():
@@ -130,3 +130,18 @@ def test_child_without_fork_step_is_an_error():
     tree.nodes["a"].fork_step = None
     with pytest.raises(ValueError, match="'a'.*fork_step"):
         leaf_coverage(tree)
+
+
+def test_tree_structure_answers_for_the_live_tree():
+    # committed branch b1 (with b1x, b1y) survives; b0 and b0x were never part of the root's run.
+    tree = forked_tree(committed=1)
+    assert "b0" in tree.nodes and "b0x" in tree.nodes
+    assert [n.id for n in tree.leaves()] == ["b1x", "b1y", "c"]
+    assert [n.id for n in tree.children("root")] == ["b1", "c"]
+    assert [n.id for n in tree.descendants("root")] == ["b1", "c", "b1x", "b1y"]
+    assert [n.id for n in tree.leaves_under("root")] == ["b1x", "b1y", "c"]
+    assert [(e.parent_id, e.parent_step, e.child_ids) for e in tree.delegation_events()] == [
+        ("root", 0, ["b1"]), ("b1", 0, ["b1x", "b1y"]), ("root", 1, ["c"])
+    ]
+    # leaf coverage is computed from these same answers
+    assert len(tree.leaves()) == 3 and leaf_coverage(tree)[("b1", 0)] == pytest.approx(2 / 3)

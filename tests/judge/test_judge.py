@@ -1,4 +1,4 @@
-"""The external judge client: prompts, strict parsing, cache, retries, accounting."""
+"""The external judge client: prompts, strict parsing, cache, retries, usage counts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import socket
 import httpx2
 import pytest
 
-from sera.accounting import Accounting
 from sera.judge import JudgeClient, build_judge_messages, render_trajectory
 from sera.judge.cache import ReplyCache, request_key
 from sera.judge.parse import parse_judgement
@@ -137,8 +136,7 @@ def test_parse_invalid_judgements_say_what_is_wrong(text, needle):
 
 async def test_valid_true_and_false_judgements_and_request_shape():
     judge = Judge('{"success": true, "reason": "took it"}', '{"success": false, "reason": "did not"}')
-    acc = Accounting()
-    client = client_for(judge, accounting=acc, extra_body={"reasoning_effort": "none"}, temperature=1.0,
+    client = client_for(judge, extra_body={"reasoning_effort": "none"}, temperature=1.0,
                         max_tokens=1024)
     yes = await client.judge_child("Fetch the carrot", child_node(), "carrot: inventory", parent_goal="Cook")
     no = await client.judge_child("Fetch the carrot", "step text", "carrot: fridge")
@@ -149,30 +147,28 @@ async def test_valid_true_and_false_judgements_and_request_shape():
     assert sent["model"] == "kimi-k2.6" and sent["temperature"] == 1.0 and sent["max_tokens"] == 1024
     assert sent["reasoning_effort"] == "none"
     assert "take carrot" in sent["messages"][1]["content"] and "LEAKED_FLAG" not in sent["messages"][1]["content"]
-    judge_counts = acc.snapshot()["totals"]
-    assert (judge_counts["judge_calls"], judge_counts["judge_tokens"], judge_counts["external_calls"]) == (2, 240, 2)
+    judge_counts = client.usage.snapshot()["judge"]
+    assert (judge_counts["calls"], judge_counts["prompt_tokens"] + judge_counts["completion_tokens"]) == (2, 240)
     await client.close()
 
 
 async def test_invalid_judgement_is_returned_and_counted_as_invalid_reply():
-    acc = Accounting()
-    client = client_for(Judge('{"success": "yes", "reason": "ok"}'), accounting=acc)
+    client = client_for(Judge('{"success": "yes", "reason": "ok"}'))
     out = await client.judge_child("Fetch", "steps", "state")
     assert not out.valid and out.success is None and "must be a JSON boolean" in out.error
     assert out.raw_text == '{"success": "yes", "reason": "ok"}'
-    role = acc.snapshot()["totals"]["roles"]["judge"]
+    role = client.usage.snapshot()["judge"]
     assert (role["calls"], role["invalid_replies"], role["failed"]) == (1, 1, 0)
 
 
 async def test_cache_hit_makes_no_request_and_is_counted_apart(tmp_path):
     judge = Judge('{"success": true, "reason": "ok"}')
-    acc = Accounting()
-    client = client_for(judge, accounting=acc, cache_dir=str(tmp_path))
+    client = client_for(judge, cache_dir=str(tmp_path))
     first = await client.judge_child("Fetch", "steps", "state")
     second = await client.judge_child("Fetch", "steps", "state")
     assert len(judge.requests) == 1
     assert not first.cached and second.cached and second.success is True and second.usage == first.usage
-    role = acc.snapshot()["totals"]["roles"]["judge"]
+    role = client.usage.snapshot()["judge"]
     assert (role["calls"], role["cache_hits"]) == (1, 1)
     await client.judge_child("Fetch", "other steps", "state")  # another request, another key
     assert len(judge.requests) == 2
@@ -226,12 +222,10 @@ async def test_endpoint_down_returns_invalid_judgement_not_exception():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    acc = Accounting()
-    client = JudgeClient(f"http://127.0.0.1:{port}/v1", "kimi", max_retries=1, backoff_s=(0.001, 0.001),
-                         accounting=acc)
+    client = JudgeClient(f"http://127.0.0.1:{port}/v1", "kimi", max_retries=1, backoff_s=(0.001, 0.001),)
     out = await client.judge_child("Fetch", "steps", "state")
     assert not out.valid and "endpoint_down" in out.error
-    role = acc.snapshot()["totals"]["roles"]["judge"]
+    role = client.usage.snapshot()["judge"]
     assert role["failed_by_kind"] == {"endpoint_down": 1} and role["calls"] == 1
     await client.close()
 
@@ -261,15 +255,15 @@ async def test_concurrency_limit_respected():
 
 
 async def test_complete_json_for_rubric_roles():
-    acc = Accounting(external_roles={"judge", "ext_rubric"})
     judge = Judge('```json\n{"criteria": [{"name": "a", "weight": 1.0}]}\n```', "not json")
-    client = client_for(judge, accounting=acc)
+    client = client_for(judge)
     good = await client.complete_json([Message(role="user", content="write a rubric")], role="ext_rubric",
                                       max_tokens=256)
     bad = await client.complete_json([Message(role="user", content="score it")], role="ext_score")
     assert good.valid and good.data == {"criteria": [{"name": "a", "weight": 1.0}]}
     assert not bad.valid and "invalid JSON reply" in bad.error
     assert judge.requests[0]["max_tokens"] == 256
-    totals = acc.snapshot()["totals"]
-    assert totals["external_calls"] == 1 and totals["judge_calls"] == 0
-    assert totals["roles"]["ext_score"]["invalid_replies"] == 1
+    roles = client.usage.snapshot()
+    assert sorted(roles) == ["ext_rubric", "ext_score"]  # no judge call was made
+    assert roles["ext_rubric"]["calls"] == 1 and roles["ext_rubric"]["invalid_replies"] == 0
+    assert roles["ext_score"]["invalid_replies"] == 1

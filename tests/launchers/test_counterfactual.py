@@ -8,7 +8,6 @@ import json
 import httpx2
 import pytest
 
-from sera.credit import live_nodes
 from sera.envs.registry import get_env
 from sera.envs.textcraft.world import CraftingWorld
 from sera.judge import JudgeClient
@@ -56,7 +55,7 @@ async def test_parallel_launches_keep_each_others_work(task_id):
         assert [b.index for b in group.branches] == list(range(8))
         assert group.committed_branch == 0 and group.merge_conflicts == 0
         assert all(tree.nodes[b.node_id].fork_group_id == group.id for b in group.branches)
-    live = live_nodes(tree)
+    live = tree.live_nodes()
     assert {n.id for n in live.values() if n.parent_id == tree.root_id} == {g.branches[0].node_id for g in tree.fork_groups}
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from sera.credit import leaf_coverage, live_nodes
+from sera.credit import leaf_coverage
 from sera.envs.registry import get_env
 from sera.testing.sabotage import SabotagedPolicy
 from sera.testing.tiny import tiny_tokenizer
@@ -166,7 +166,7 @@ def test_recorded_delegation_and_execution_stages_ignore_uncommitted_branches(re
     tokenizer, rt, ex = recorded
     method, env = get_method("sera"), TEXTCRAFT.training
     for trees in (rt, ex):
-        live = [set(live_nodes(t)) for t in trees]
+        live = [set(t.live_nodes()) for t in trees]
         execution = build_batch([trees], "execution", method, replace(env, filter_zero_variance=False))
         for datum in execution.datums:
             index, node_id = datum.trajectory_id.split("#")[1].split("/")

@@ -1,7 +1,7 @@
 """Credit assignment: pure functions of recorded rollout trees and labels, one rule per module.
 
-- `live`: the tree as the root experienced it (uncommitted counterfactual branches removed).
-- `leaf`: leaf-coverage credit for delegation events (§6.1/6.2).
+- `leaf`: leaf-coverage credit for delegation events (§6.1/6.2), on the live tree
+  (`RolloutTree.live_nodes`: uncommitted counterfactual branches removed).
 - `ranking`: rubric-writer rewards from scored, labelled fork branches (§5.2, §5.5).
 - `baselines`: leave-one-out baselines (§5.2, §6.2, §7.2).
 - `depth`: depth inverse-frequency weights (§7.3).
@@ -18,7 +18,6 @@ from sera.credit.baselines import (
 from sera.credit.depth import depth_weights
 from sera.credit.execution import TreeRewards, execution_rewards
 from sera.credit.leaf import EventKey, leaf_coverage, leaf_rewards
-from sera.credit.live import live_nodes
 from sera.credit.ranking import (
     RankingDiagnostics,
     rank_dispersion_reward,
@@ -37,7 +36,6 @@ __all__ = [
     "execution_rewards",
     "leaf_coverage",
     "leaf_rewards",
-    "live_nodes",
     "loo_advantages",
     "rank_dispersion_reward",
     "ranking_diagnostics",

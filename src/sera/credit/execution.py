@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sera.credit.live import live_nodes
 from sera.credit.rao import rao_reward
 from sera.types import AgentNode, RolloutTree
 
@@ -59,7 +58,7 @@ def execution_rewards(
     failure_policy: Literal["drop", "binary", "skip_rollout"] = "drop",
 ) -> TreeRewards:
     """Rewards of every live agent of `tree` (uncommitted counterfactual branches excluded)."""
-    nodes = live_nodes(tree)
+    nodes = tree.live_nodes()
     child_labels: dict[str, list[bool | None]] = {}
     for node in nodes.values():
         if node.parent_id is not None:

@@ -3,7 +3,7 @@
 A delegation event (all children launched by one parent step) is credited with the share of
 the rollout's leaves that it produced: `w_e = |∪_{c ∈ children(e)} leaves(c)| / |leaves(root)|`,
 and its shaped reward is `s_e = R_root · w_e`. Children's own success is ignored (the
-reference's success gate is off in every recipe). Counted on the live tree (`live_nodes`):
+reference's success gate is off in every recipe). Counted on the live tree (`RolloutTree.live_nodes`):
 uncommitted counterfactual branches are not part of what the root experienced.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-from sera.credit.live import live_nodes
 from sera.types import RolloutTree
 
 EventKey = tuple[str, int]
@@ -26,35 +25,15 @@ def leaf_coverage(tree: RolloutTree) -> dict[EventKey, float]:
     Keys are `(parent_id, parent_step)`, in event order (first child's creation order).
     Raises ValueError for a child without `fork_step` or whose parent is missing.
     """
-    nodes = live_nodes(tree)
-    children: dict[str, list[str]] = {node_id: [] for node_id in nodes}
-    events: dict[EventKey, list[str]] = {}
-    for node in nodes.values():
-        if node.parent_id is None:
-            continue
-        if node.parent_id not in nodes:
-            raise ValueError(f"node {node.id!r}: parent {node.parent_id!r} is not in the tree")
-        if node.fork_step is None:
-            raise ValueError(f"node {node.id!r} has parent {node.parent_id!r} but no fork_step")
-        children[node.parent_id].append(node.id)
-        events.setdefault((node.parent_id, node.fork_step), []).append(node.id)
+    events = tree.delegation_events()
     if not events:
         return {}
-
-    memo: dict[str, frozenset[str]] = {}
-
-    def leaves_under(node_id: str) -> frozenset[str]:
-        if node_id not in memo:
-            kids = children[node_id]
-            memo[node_id] = (
-                frozenset([node_id]) if not kids else frozenset().union(*map(leaves_under, kids))
-            )
-        return memo[node_id]
-
-    total = sum(1 for kids in children.values() if not kids)
+    total = len(tree.leaves())
     return {
-        key: len(frozenset().union(*map(leaves_under, child_ids))) / total
-        for key, child_ids in events.items()
+        (event.parent_id, event.parent_step): len(
+            {leaf.id for child in event.child_ids for leaf in tree.leaves_under(child)}
+        ) / total
+        for event in events
     }
 
 

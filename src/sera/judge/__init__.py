@@ -3,7 +3,7 @@
 `JudgeClient.judge_child` asks whether a child agent completed the goal its parent assigned
 (TextWorld labels, sera-spec §5.3); `JudgeClient.complete_json` serves other external-model
 requests (rubric writing / scoring ablations). Replies are parsed strictly (`parse`), cached on
-disk (`cache`) and counted in the run's `Accounting`.
+disk (`cache`) and counted per role in the client's `usage`.
 """
 
 from sera.judge.client import JsonReply, JudgeClient, Judgement

@@ -8,8 +8,9 @@ or scoring by an external model in ablations). Both:
   reference's 2 retries, min(2^k, 8) s; its rubric calls used 5 retries, min(2^k, 30) s);
 - hold at most `max_concurrency` requests in flight;
 - read replies from a disk cache when one is configured (only usable replies are stored);
-- count every call in the run's `Accounting`: answered calls with their tokens, failures by
-  kind, unusable replies, and cache hits apart;
+- count every call in the client's `usage` (`JudgeUsage`): answered calls with their tokens,
+  failures by kind, unusable replies, and cache hits apart (each result also carries its usage,
+  which the launchers count in the rollout tree);
 - never raise for an endpoint failure: they return an invalid result naming it, because a
   training run must not die of one bad judge call (the branch is simply left unlabelled).
 """
@@ -23,10 +24,10 @@ from typing import Any
 import httpx2
 from pydantic import Field
 
-from sera.accounting import Accounting
 from sera.judge.cache import CachedReply, ReplyCache, request_key
 from sera.judge.parse import ReplyParseError, extract_json_object, parse_judgement
 from sera.judge.prompts import build_judge_messages, render_trajectory
+from sera.judge.usage import JudgeUsage
 from sera.policy.errors import SamplerError
 from sera.policy.openai_http import CallStats, HttpSettings, OpenAIEndpoint
 from sera.policy.openai_replies import read_chat_reply
@@ -108,7 +109,6 @@ class JudgeClient:
         max_tokens: int = 1024,
         extra_body: dict[str, Any] | None = None,
         cache_dir: str | None = None,
-        accounting: Accounting | None = None,
         http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         """`http`: timeouts and retries; `max_retries` and `backoff_s`, when given, override
@@ -123,7 +123,7 @@ class JudgeClient:
         if backoff_s is not None:
             http = replace(http, backoff_s=backoff_s)
         self.cache = ReplyCache(cache_dir) if cache_dir is not None else None
-        self.accounting = accounting or Accounting()
+        self.usage = JudgeUsage()
         self.endpoint = OpenAIEndpoint(
             base_url, api_key=api_key, settings=http, max_concurrency=max_concurrency, http_client=http_client
         )
@@ -209,7 +209,7 @@ class JudgeClient:
         max_tokens = self.max_tokens if max_tokens is None else max_tokens
         key = request_key(operation, self.model, messages, temperature, max_tokens, self.extra_body)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            self.accounting.record_cache_hit(role)
+            self.usage.record_cache_hit(role)
             return _Fetched(hit.text, hit.usage, cached=True, key=key, error=None)
 
         payload = [{"role": m.role, "content": m.content} for m in messages]
@@ -223,11 +223,11 @@ class JudgeClient:
             )
             reply = read_chat_reply(body)
         except SamplerError as error:
-            self.accounting.record_failure(role, error.kind)
+            self.usage.record_failure(role, error.kind)
             return _Fetched(None, Usage(), cached=False, key=key, error=f"{role} call failed: {error}")
         except Exception as error:  # an unforeseen fault must not end the run either
             log.exception("%s call to %s failed unexpectedly", role, self.endpoint.url("chat/completions"))
-            self.accounting.record_failure(role, f"unexpected:{type(error).__name__}")
+            self.usage.record_failure(role, f"unexpected:{type(error).__name__}")
             return _Fetched(None, Usage(), cached=False, key=key, error=f"{role} call failed: {error!r}")
         return _Fetched(reply.text, reply.usage, cached=False, key=key, error=None)
 
@@ -235,6 +235,6 @@ class JudgeClient:
         """Count an answered call and cache its reply if it was usable."""
         if fetched.cached:
             return  # already counted as a cache hit
-        self.accounting.record_call(role, fetched.usage, invalid=not usable)
+        self.usage.record_call(role, fetched.usage, invalid=not usable)
         if usable and self.cache is not None and fetched.text is not None:
             self.cache.put(fetched.key, CachedReply(text=fetched.text, usage=fetched.usage))

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from sera.counters import Counter
-from sera.credit.live import live_nodes
 from sera.types import AgentNode, RolloutTree, Usage
 
 
@@ -99,7 +98,7 @@ async def judge_children(tree: RolloutTree, labeler: Labeler) -> int:
     """Label every live non-root agent of `tree` in place (`judged_success`, `judge_reason`), for
     RAO's child rewards in environments without a verifier, and count the cost in the tree's
     counters; returns the number of labels asked for."""
-    nodes = live_nodes(tree)
+    nodes = tree.live_nodes()
     children = [n for n in nodes.values() if n.parent_id is not None]
     labels = await asyncio.gather(
         *(labeler.label(n, nodes[n.parent_id].goal if n.parent_id in nodes else None) for n in children)

@@ -23,7 +23,6 @@ from sera.credit import (
     depth_weights,
     execution_baselines,
     leaf_rewards,
-    live_nodes,
     loo_advantages,
     rank_dispersion_reward,
     ranking_reward,
@@ -108,7 +107,7 @@ def delegation_stage(trees: Sequence[RolloutTree], env: EnvTraining, decode: Dec
     for tree in trees:
         coverage = leaf_rewards(tree, _root_reward(tree))
         events = [(parent, step, reward) for (parent, step), reward in coverage.items()]
-        for node in live_nodes(tree).values():  # launch attempts that launched nothing earn 0
+        for node in tree.live_nodes().values():  # launch attempts that launched nothing earn 0
             for step in node.steps:
                 if not step.child_ids and env.protocol.is_launch_attempt(step.completion_text):
                     events.append((node.id, step.index, 0.0))
