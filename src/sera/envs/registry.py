@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sera.agents.protocol import CODEACT, TEXT, ReplyProtocol
 from sera.runtime.delegation import EnvFactory
@@ -46,10 +46,10 @@ class EnvSpec:
     """Registry name."""
     splits: tuple[str, ...]
     """Published splits."""
-    load_split: Callable[[str], list[Task]]
-    """Tasks of a named split."""
-    load_file: Callable[[Path], list[Task]]
-    """Tasks from a file in the environment's published format."""
+    load_split: Callable[..., list[Task]]
+    """Tasks of a named split: `load_split(split, rules=None)`."""
+    load_file: Callable[..., list[Task]]
+    """Tasks from a file in the environment's published format: `load_file(path, rules=None)`."""
     root_env: Callable[[Task], EnvFactory]
     """The root agent's environment for a task."""
     oracle: Callable[[list[Task]], Policy]
@@ -60,11 +60,29 @@ class EnvSpec:
     """What credit needs to know (labels, filters, the reply protocol)."""
     global_rubric: Callable[[], Rubric] | None = None
     """The fixed rubric of the global-rubric ablation; None where the paper has none."""
+    rules: tuple[str, ...] = ()
+    """Rules profiles the loaders accept as `rules=` (TextWorld-Sync: `sync`, `reference`);
+    empty: the environment has one set of rules and refuses any `rules=` but None."""
 
     @property
     def protocol(self) -> ReplyProtocol:
         """How the environment's agents write replies."""
         return self.training.protocol
+
+
+class RulesNotSupportedError(ValueError):
+    """A rules profile was asked of an environment that has none."""
+
+
+def _no_rules(name: str, load: Callable[[Any], list[Task]]) -> Callable[..., list[Task]]:
+    """`load` taking `rules=` as the registry's loaders do, refusing any value but None."""
+
+    def loader(source: Any, rules: str | None = None) -> list[Task]:
+        if rules is not None:
+            raise RulesNotSupportedError(f"{name} has no rules profiles; --rules {rules} applies to textworld-sync only")
+        return load(source)
+
+    return loader
 
 
 def _textcraft() -> EnvSpec:
@@ -81,8 +99,8 @@ def _textcraft() -> EnvSpec:
     return EnvSpec(
         name="textcraft-synth",
         splits=("train", "val"),
-        load_split=load_split,
-        load_file=load_tasks,
+        load_split=_no_rules("textcraft-synth", load_split),
+        load_file=_no_rules("textcraft-synth", load_tasks),
         root_env=lambda task: root_env_factory(task, default_recipe_book()),
         oracle=lambda tasks: TextCraftOracle(),
         sampling=SamplingParams(temperature=0.0, max_tokens=512, stop=CODEACT.stops, max_prompt_tokens=9728),
@@ -94,6 +112,7 @@ def _textcraft() -> EnvSpec:
 def _textworld() -> EnvSpec:
     from sera.envs.textworld.env import root_env_factory
     from sera.envs.textworld.oracle import TextWorldOracle
+    from sera.envs.textworld.rules import RULES
     from sera.envs.textworld.tasks import load_split, load_tasks
 
     return EnvSpec(
@@ -106,6 +125,7 @@ def _textworld() -> EnvSpec:
         # Stopping on a closing tag saves tokens; the parser accepts the unclosed final block.
         sampling=SamplingParams(temperature=0.0, max_tokens=3072, stop=TEXT.stops, max_prompt_tokens=10240),
         training=EnvTraining(TEXT, "judge", filter_zero_variance=False, drop_error_steps=False, score_max_tokens_rt=512),
+        rules=RULES,
     )
 
 

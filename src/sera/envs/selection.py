@@ -33,6 +33,9 @@ class TaskSelection:
     """Only this difficulty band."""
     limit: int | None = None
     """At most this many tasks (the first ones), >= 1."""
+    rules: str | None = None
+    """The rules profile to play the tasks under (TextWorld-Sync: `sync` / `reference`); None
+    keeps each split's or file's own."""
 
     @property
     def source(self) -> str:
@@ -41,12 +44,18 @@ class TaskSelection:
 
 
 def load_tasks(spec: EnvSpec, selection: TaskSelection) -> list[Task]:
-    """All tasks of the selection's split or file (before ids, difficulty and limit)."""
+    """All tasks of the selection's split or file (before ids, difficulty and limit), played under
+    the selection's rules profile."""
+    if selection.rules is not None:
+        if not spec.rules:
+            raise TaskSelectionError(f"{spec.name} has no rules profiles; --rules applies to textworld-sync only")
+        if selection.rules not in spec.rules:
+            raise TaskSelectionError(f"unknown rules profile {selection.rules!r} for {spec.name}; known: {', '.join(spec.rules)}")
     if selection.tasks_file is not None:
-        return spec.load_file(selection.tasks_file)
+        return spec.load_file(selection.tasks_file, rules=selection.rules)
     if selection.split not in spec.splits:
         raise TaskSelectionError(f"unknown split {selection.split!r} for {spec.name}; known: {', '.join(spec.splits)}")
-    return spec.load_split(selection.split)
+    return spec.load_split(selection.split, rules=selection.rules)
 
 
 def select_tasks(spec: EnvSpec, selection: TaskSelection) -> list[Task]:
