@@ -24,6 +24,9 @@ class Counter(StrEnum):
     """Prompt tokens of agent steps."""
     COMPLETION_TOKENS = "completion_tokens"
     """Completion tokens of agent steps."""
+    LAUNCHES_REFUSED = "launches_refused"
+    """Launches the runtime refused because a bound was reached (children per step, agents per
+    tree, tree size); each is also recorded on the launching node's `bounds_hit`."""
     # Environments
     CELLS = "cells"
     """CodeAct cells run in the sandbox (TextCraft)."""
@@ -61,6 +64,10 @@ class Counter(StrEnum):
     """Completion tokens the judge answered with (cache hits cost none)."""
     VERIFIER_CALLS = "verifier_calls"
     """Programmatic verifier checks spent as training labels (free supervision)."""
+    # Evaluation
+    SANITIZED_STRINGS = "sanitized_strings"
+    """Strings of a tree that had unsafe characters (lone surrogates, NUL, control bytes) escaped
+    so the tree could be saved as JSON (set by the evaluation harness when it saves)."""
 
 
 def check_counter(name: str) -> Counter:
