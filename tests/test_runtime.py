@@ -123,6 +123,38 @@ def test_policy_timeout_and_rollout_timeout():
     assert kid.error and "cancelled" in kid.error and tree.root.error
 
 
+def test_a_timed_out_rollout_records_every_descendant_as_ended():
+    script = {"root": ["spawn mid", "finish ok"], "mid": ["spawn a,b", "finish ok"], "a": ["hang"], "b": ["hang"]}
+    tree, _, _ = run(script, RuntimeConfig(rollout_timeout_s=0.2))
+    assert tree.error == "rollout timed out after 0.2 s" and len(tree.nodes) == 4
+    for node in tree.nodes.values():
+        assert node.error and "cancelled" in node.error and node.ended_at >= node.started_at > 0, node.id
+
+
+def test_launches_past_the_children_per_step_bound_are_refused_and_reported():
+    script = {"root": ["spawn a,b,c", "finish ok"], "a": ["finish ok"], "b": ["finish ok"], "c": ["finish ok"]}
+    tree, _, _ = run(script, RuntimeConfig(max_children_per_step=2))
+    assert [n.goal for n in tree.children(tree.root_id)] == ["a", "b"]
+    assert "no subagent was launched: one step may launch at most 2 subagents" in tree.root.steps[0].observation
+    assert tree.root.bounds_hit == ["launch refused: one step may launch at most 2 subagents"]
+    assert tree.counters["launches_refused"] == 1 and tree.error is None and tree.root_success is True
+
+
+def test_a_policy_that_always_delegates_is_stopped_by_the_agent_bound():
+    script = {"root": ["spawn k,k,k", "finish ok"], "k": ["spawn k,k,k", "finish ok"]}
+    tree, _, _ = run(script, RuntimeConfig(max_agents_per_tree=10))
+    assert len(tree.nodes) == 10 and tree.counters["launches_refused"] >= 3
+    assert tree.error is None and tree.root_success is True
+    assert any("at most 10 agents" in hit for n in tree.nodes.values() for hit in n.bounds_hit)
+
+
+def test_the_tree_size_bound_ends_agents_with_a_clear_error():
+    tree, _, _ = run({"root": ["x" * 30, "x" * 30, "finish ok"]}, RuntimeConfig(max_tree_chars=100))
+    assert len(tree.root.steps) == 2
+    assert tree.root.error == "stopped: the rollout's transcripts reached their limit of 100 characters"
+    assert tree.root.bounds_hit == ["the rollout's transcripts reached their limit of 100 characters"]
+
+
 def test_json_round_trip_is_lossless():
     script = {"root": ["spawn a,b", "finish ok"], "a": ["spawn c", "finish ok"], "b": ["finish no"], "c": ["x", "finish ok"]}
     tree, _, _ = run(script)

@@ -40,6 +40,7 @@ def test_unclosed_final_block_is_accepted_as_a_sampler_stop():
         ('<delegate>{"delegations": []}</delegate>', "non-empty list"),
         ('<delegate>{"delegations": [{"goal": "a", "max_steps": true}]}</delegate>', "positive integer, got True"),
         ('<delegate>{"delegations": [{"goal": "a"}], "goal": "b"}</delegate>', "unexpected keys next to"),
+        ("<delegate>" + "[" * 100_000, "not valid JSON (nested too deeply)"),
     ],
 )
 def test_malformed_replies_name_the_problem(reply, message):

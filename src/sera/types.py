@@ -167,6 +167,8 @@ class AgentNode(Record):
     env_error: str | None = None
     """What went wrong in the agent's environment itself (building, verifying, observing or
     closing it): a fault of the environment, not of the model; also summarised in `error`."""
+    bounds_hit: list[str] = Field(default_factory=list)
+    """Runtime bounds this agent ran into (a refused launch, the tree's size), one message each."""
     verified_success: bool | None = None
     """Programmatic verifier outcome, when a verifier ran."""
     verifier_info: dict[str, Any] = Field(default_factory=dict)

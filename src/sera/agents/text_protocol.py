@@ -77,6 +77,8 @@ def parse_delegations(body: str) -> list[DelegateGoal]:
         payload = json.loads(body)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:  # e.g. `[` repeated 100,000 times: the decoder recurses per level
+        raise ValueError("not valid JSON (nested too deeply)") from None
     if not isinstance(payload, dict):
         raise ValueError(f"expected a JSON object, got {type(payload).__name__}")
     if "delegations" in payload:

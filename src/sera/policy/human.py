@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from sera.agents.protocol import CODEACT, ReplyProtocol
 from sera.runtime.policy import Completion, SamplingParams
+from sera.text_safety import clean_text
 from sera.types import Message
 
 END_OF_CELL = ""
@@ -30,7 +31,8 @@ class HumanPolicy:
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         new = messages[1:] if len(messages) == 2 else messages[-1:]
         for message in new:
-            self._write(f"\n--- {message.role} ---\n{message.content}")
+            # Observations carry model-written cell output: never let it drive the terminal.
+            self._write(f"\n--- {message.role} ---\n{clean_text(message.content)[0]}")
         self._write(f"\n{self.protocol.human_hint}")
         lines = []
         while True:

@@ -57,6 +57,8 @@ class Rollout:
         self._launched: dict[str, list[str]] = {}
         self._calls: dict[str, int] = {}
         self._counters: dict[str, int] = {}
+        self._chars = 0  # replies + observations so far (the tree-size bound)
+        self._tasks: set[asyncio.Task[None]] = set()  # every agent's task, to cancel on timeout
 
     # -- the ports: bookkeeping for handles and launchers ----------------------------------------
 
@@ -99,12 +101,11 @@ class Rollout:
         root = self._new_node(self.task.goal, None)
         self.launcher.start(self)
         error = None
-        try:
-            await asyncio.wait_for(
-                self._run_agent(root, make_root_env), timeout=self.config.rollout_timeout_s
-            )
-        except TimeoutError:
+        root_task = self._start(self._run_agent(root, make_root_env))
+        await asyncio.wait({root_task}, timeout=self.config.rollout_timeout_s)
+        if not root_task.done():
             error = f"rollout timed out after {self.config.rollout_timeout_s:g} s"
+            await self._cancel_everything()
         try:  # pending training work (rubric scores, labels): at most two policy calls deep
             await asyncio.wait_for(self.launcher.finish(self), timeout=2 * self.config.policy_timeout_s)
         except TimeoutError:
@@ -126,12 +127,54 @@ class Rollout:
             counters=dict(sorted(self._counters.items())),
         )
 
+    def _start(self, work) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        return task
+
+    async def _cancel_everything(self) -> None:
+        """Cancel every agent still running and wait (bounded) until they have recorded it, so
+        the tree is built from finished records (launchers may have started agents of their own)."""
+        deadline = time.monotonic() + self.config.cancel_grace_s
+        while pending := [t for t in self._tasks if not t.done()]:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=left)
+        for node in self._nodes.values():  # agents that never noticed the cancellation
+            if node.finish_message is None and node.error is None:
+                node.error = "cancelled before finishing: the rollout timed out"
+
+    def _refusal(self, parent: NodeHandle) -> str | None:
+        """Why the runtime refuses a launch from `parent` now, or None."""
+        if len(self._launched.get(parent.node.id, [])) >= self.config.max_children_per_step:
+            return f"one step may launch at most {self.config.max_children_per_step} subagents"
+        if len(self._nodes) >= self.config.max_agents_per_tree:
+            return f"this task may use at most {self.config.max_agents_per_tree} agents in all"
+        if self._chars >= self.config.max_tree_chars:
+            return f"this task's transcripts reached their limit of {self.config.max_tree_chars} characters"
+        return None
+
     async def launch_child(self, parent: NodeHandle, request: ChildRequest) -> ChildResult:
-        """Check the depth, then let the launcher run the child."""
+        """Check the depth and the rollout's bounds, then let the launcher run the child.
+
+        Beyond the maximum depth the launch is an error (`DelegationError`, which environments
+        prevent by checking `can_delegate`); a launch past a bound is refused with a result the
+        parent reads like a child that failed at once, and recorded on the parent.
+        """
         if not parent.can_delegate:
             raise DelegationError(
                 f"cannot launch a subagent from depth {parent.depth}: the maximum delegation "
                 f"depth is {self.config.max_depth}; perform the task yourself"
+            )
+        if (why := self._refusal(parent)) is not None:
+            self.count(Counter.LAUNCHES_REFUSED)
+            parent.node.bounds_hit.append(f"launch refused: {why}")
+            return ChildResult(
+                node_id="-", finish_message=None, steps_used=0, budget=0, verified_success=None,
+                error=f"no subagent was launched: {why}; do the work yourself",
             )
         return await self.launcher.launch(self, parent, request)
 
@@ -153,7 +196,7 @@ class Rollout:
             child.fork_group_id, child.branch_index = branch
         self._launched.setdefault(parent.node.id, []).append(child.id)
         # A task of its own: the child's failures and cancellation stay in the child's record.
-        await asyncio.create_task(self._run_agent(child, make_env))
+        await self._start(self._run_agent(child, make_env))
         return ChildResult(
             node_id=child.id,
             finish_message=child.finish_message,
@@ -209,6 +252,11 @@ class Rollout:
 
     async def _agent_loop(self, node: AgentNode, env: AgentEnv, handle: NodeHandle) -> None:
         while self.calls_made(node.id) < node.budget:
+            if self._chars >= self.config.max_tree_chars:
+                limit = f"the rollout's transcripts reached their limit of {self.config.max_tree_chars} characters"
+                node.bounds_hit.append(limit)
+                node.error = f"stopped: {limit}"
+                return
             prompt_len = len(node.messages)
             started = time.time()
             self._calls[node.id] = self.calls_made(node.id) + 1
@@ -255,6 +303,7 @@ class Rollout:
             )
             node.messages.append(Message(role="assistant", content=completion.text))
             node.messages.append(Message(role="user", content=outcome.observation))
+            self._chars += len(completion.text) + len(outcome.observation)
             if outcome.finished:
                 node.finish_message = outcome.finish_message
                 return

@@ -52,7 +52,9 @@ class ScriptEnv:
             ]
             results = await asyncio.gather(*launches, return_exceptions=True)
             return Outcome(
-                observation=" | ".join(str(r if isinstance(r, Exception) else r.finish_message) for r in results)
+                observation=" | ".join(
+                    str(r) if isinstance(r, Exception) else str(r.finish_message or r.error) for r in results
+                )
             )
         self.log.append(f"{self.handle.node.goal}:{action.body}")
         return Outcome(observation=f"echo {action.body}")
