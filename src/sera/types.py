@@ -1,8 +1,8 @@
 """Core records: tasks, rollout trees, agent nodes, steps, fork groups.
 
 A rollout is a tree of agents. Every saved rollout file is `RolloutTree.to_json()`, and
-`RolloutTree.from_json(text)` reads it back losslessly; the credit functions, the viewer and the
-tests all read this one format. The records are plain data: no environment or model handles.
+`RolloutTree.from_json(text)` reads it back losslessly; evaluation, credit and the tests all read
+this one format. The records are plain data: no environment or model handles.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ class AgentNode(Record):
     rubric: dict[str, Any] | None = None
     """The parent's frozen rubric for this agent (SERA), if one was written."""
     rubric_hash: str | None = None
-    """sha256 of the canonical rubric JSON, taken when the agent started."""
+    """sha256 of the canonical rubric JSON, taken from the frozen rubric once both the agent and
+    the rubric writing had ended (the rubric was written from the launch, before the agent ran)."""
     rubric_score: float | None = None
     """The rubric score of this agent's trajectory, if scored (the gated weighted sum, or the
     scorer's own number under `score_mode: model_final`)."""

@@ -1,8 +1,8 @@
 """The CodeAct protocol: `<thought>…</thought><python>…</python>` replies, cell observations.
 
-A reply must contain one `<python>` block; the `<thought>` block is optional. When the sampler
-stops on `</python>` the closing tag is missing from the text, so an unclosed final `<python>`
-block is accepted as closed.
+A reply must contain one `<python>` block; the `<thought>` block is optional. Samplers keep the
+`</python>` stop string in the reply; a reply cut by the token cap (or from a server that drops
+the stop string) has an unclosed final `<python>` block, which is accepted as closed.
 """
 
 from __future__ import annotations

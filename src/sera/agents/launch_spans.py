@@ -62,7 +62,7 @@ def codeact_launch_spans(completion_text: str) -> list[Span]:
 
 def delegate_block_spans(completion_text: str) -> list[Span]:
     """Spans of `<delegate>...</delegate>` blocks (tags included), plus one unclosed final
-    `<delegate>` block running to the end of the text (the sampler drops the closing tag)."""
+    `<delegate>` block running to the end of the text (a reply cut before its closing tag)."""
     spans = [m.span() for m in _DELEGATE_BLOCK.finditer(completion_text)]
     tail_from = spans[-1][1] if spans else 0
     unclosed = completion_text.find(_DELEGATE_OPEN, tail_from)

@@ -5,7 +5,8 @@ A reply holds exactly one block: `<action>command</action>`, `<delegate>JSON</de
 action's `thought`. Delegate JSON is `{"goal": "...", "max_steps": k}` or
 `{"delegations": [{"goal": ..., "max_steps": ...}, ...]}`; `max_steps` is optional. Anything
 else is an invalid reply with a message that says exactly what is wrong. As in CodeAct, one
-unclosed final block is accepted, because a sampler that stops on `STOPS` drops the closing tag.
+unclosed final block is accepted (a reply cut by the token cap, or from a server that drops the
+stop string; our samplers keep it).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def parse_reply(reply: str) -> Action:
     thought = _BLOCK.sub("", reply).strip()
     opened = _OPEN.findall(reply)
     if not blocks and len(opened) == 1:
-        # A sampler stopping on the closing tag drops it: accept one unclosed final block.
+        # A reply cut short (or a server that drops stop strings): accept one unclosed final block.
         start = _OPEN.search(reply)
         assert start is not None
         blocks = [(start.group(1), reply[start.end():])]

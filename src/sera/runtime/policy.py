@@ -24,7 +24,8 @@ class SamplingParams:
     max_tokens: int = 512
     """Maximum completion tokens."""
     stop: tuple[str, ...] = ()
-    """Stop sequences (not included in the returned text)."""
+    """Stop sequences; the one that stopped generation is kept in the returned text and token
+    ids, as generated (the turn history and the trained tokens are what the model produced)."""
     seed: int | None = None
     """Sampling seed, when the backend supports one."""
     max_prompt_tokens: int | None = None

@@ -55,7 +55,8 @@ class Datum:
     steps: tuple[int, ...]
     """Indices of the agent steps merged into the datum; empty for a model call (rubric)."""
     weight: float = 1.0
-    """Depth weight, multiplied into the advantage by the learner (set after all datums exist)."""
+    """Depth weight (set after all datums of a step exist): the learner is to train with
+    `advantage × weight`; the losses in `sera.train.losses` take that product per token."""
 
     def __post_init__(self) -> None:
         if not len(self.tokens) == len(self.mask) == len(self.sampler_logprobs):
