@@ -21,12 +21,10 @@ environment (`env.root_env_factory`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
-if TYPE_CHECKING:
-    from sera.envs.textworld.spec import SyncTaskSpec
+from sera.envs.textworld.spec import RulesName, SyncTaskSpec
 
-RulesName = Literal["sync", "reference"]
 ChildReport = Literal["goal_check", "world_success"]
 ChildStart = Literal["parent", "root"]
 RULES: tuple[str, ...] = get_args(RulesName)

@@ -12,8 +12,10 @@ from typing import Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, model_validator
 
-from sera.envs.textworld.rules import RulesName
 from sera.types import Record, Task
+
+RulesName = Literal["sync", "reference"]
+"""The rules profiles of TextWorld-Sync (`sera.envs.textworld.rules`)."""
 
 ENV_NAME = "textworld-sync"
 
