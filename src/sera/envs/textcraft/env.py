@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sera.agents import codeact
+from sera.envs.textcraft.loop_detector import FINISH_MESSAGE, LoopDetector
 from sera.envs.textcraft.prompts import goal_text, initial_messages
 from sera.envs.textcraft.recipes import RecipeBook
 from sera.envs.textcraft.verify import verify_crafted
@@ -50,11 +51,14 @@ class TextCraftAgentEnv:
         world: CraftingWorld,
         targets: dict[str, int],
         limits: CellLimits,
+        loop_detector: LoopDetector | None = None,
     ) -> None:
         self.handle = handle
         self.world = world
         self.targets = dict(targets)
         self.limits = limits
+        self.loop_detector = loop_detector
+        self._codes: list[str] = []  # every reply's cell code, '' for a reply without one
         self.start_inventory = world.snapshot()
         self._finish_message: str | None = None
         self._finished = False
@@ -74,6 +78,11 @@ class TextCraftAgentEnv:
         return codeact.parse_reply(reply)
 
     async def execute(self, action: Action) -> Outcome:
+        self._codes.append(action.body if action.kind == "code" else "")
+        outcome = await self._run(action)
+        return outcome if outcome.finished else self._stop_if_looping(outcome)
+
+    async def _run(self, action: Action) -> Outcome:
         if action.kind != "code":
             return Outcome(observation=codeact.invalid_observation(action), error=action.parse_error)
         if self._session is None:
@@ -88,12 +97,36 @@ class TextCraftAgentEnv:
                 raise RuntimeError(f"sandbox prelude failed: {prelude.error}")
         result = await self._session.run(action.body)
         self.handle.count(Counter.CELLS)
-        cell_number = len(self.handle.node.steps) + 1
+        # Cells are numbered from 0, as in the reference's cell headers.
+        cell_number = len(self.handle.node.steps)
         return Outcome(
             observation=codeact.cell_observation(cell_number, result.stdout, result.error),
             error=result.error,
             finished=self._finished,
             finish_message=self._finish_message,
+        )
+
+    def _stop_if_looping(self, outcome: Outcome) -> Outcome:
+        """The loop detector's forced finish, folded into the step that completed the loop.
+
+        The reference checks before its next model call and, instead of calling the model, runs
+        the finish as one more step (when the budget has one left). The agent loop here has no
+        such hook, so the finish happens here, with no model call in either case: the step's own
+        reply and error stay as they were (and are trained as in the reference), its observation
+        says the detector ended the episode, and the agent finishes with `FINISH_MESSAGE`.
+        """
+        if self.loop_detector is None or self.handle.remaining_calls <= 0:
+            return outcome
+        period = self.loop_detector.period(self._codes)
+        if period is None:
+            return outcome
+        self._finished = True
+        self._finish_message = FINISH_MESSAGE
+        return Outcome(
+            observation=f"{outcome.observation}\n\n{self.loop_detector.note(period)}",
+            error=outcome.error,
+            finished=True,
+            finish_message=FINISH_MESSAGE,
         )
 
     def verify(self, finish_message: str | None) -> Verdict:
@@ -151,11 +184,11 @@ class TextCraftAgentEnv:
                 f"Error: launch_subagent: you are at delegation depth {self.handle.depth}, the "
                 f"maximum ({self.handle.max_depth}); no subagent was launched. Craft the items yourself."
             )
-        limits = self.limits
+        limits, detector = self.limits, self.loop_detector
         child_targets = dict(targets)
 
         def env_on(world: CraftingWorld) -> EnvFactory:
-            return lambda handle: TextCraftAgentEnv(handle, world, child_targets, limits)
+            return lambda handle: TextCraftAgentEnv(handle, world, child_targets, limits, detector)
 
         fork = ForkPoint(world=self.world, env_on=env_on, observe=self.observable_state, tools=CHILD_TOOLS)
         result = await self.handle.launch(goal_text(child_targets, context), env_on(self.world), fork=fork)
@@ -179,16 +212,27 @@ def _check_targets(targets: Any, recipes: RecipeBook) -> str | None:
     return None
 
 
-def root_env_factory(task: Task, recipes: RecipeBook, limits: CellLimits | None = None) -> EnvFactory:
-    """The root agent's environment for a TextCraft-Synth task (a fresh world per call)."""
+def root_env_factory(
+    task: Task,
+    recipes: RecipeBook,
+    limits: CellLimits | None = None,
+    *,
+    loop_detector: bool | LoopDetector = True,
+) -> EnvFactory:
+    """The root agent's environment for a TextCraft-Synth task (a fresh world per call).
+
+    `loop_detector`: end any agent of the tree whose last cells repeat a short pattern, as the
+    reference does (True: the reference's 4 repeats of a period up to 3; False: never; or a
+    `LoopDetector` with other numbers)."""
     targets = dict(task.misc["target_items"])
     inventory = dict(task.misc["initial_inventory"])
     limits = limits or CellLimits()
+    detector = LoopDetector() if loop_detector is True else (loop_detector or None)
 
     def make_root(handle: NodeHandle) -> TextCraftAgentEnv:
-        return TextCraftAgentEnv(handle, CraftingWorld(recipes, inventory), targets, limits)
+        return TextCraftAgentEnv(handle, CraftingWorld(recipes, inventory), targets, limits, detector)
 
     return make_root
 
 
-__all__ = ["CellLimits", "TextCraftAgentEnv", "root_env_factory", "goal_text"]
+__all__ = ["CellLimits", "LoopDetector", "TextCraftAgentEnv", "root_env_factory", "goal_text"]
