@@ -19,6 +19,7 @@ ScorerSource = Literal["policy", "external"]
 RubricReward = Literal["ranking", "rank_dispersion"]
 FailurePolicy = Literal["drop", "binary", "skip_rollout"]
 LossName = Literal["cispo", "ppo_clip", "pg"]
+LaunchEvents = Literal["reference", "all"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Method:
     """Policy loss."""
     depth_weighting: bool = True
     """Depth inverse-frequency weights over each batch (§7.3)."""
+    launch_events: LaunchEvents = "reference"
+    """Which delegation events enter a rollout's mean in the root-balanced LOO: `reference`
+    only those with a trainable launch span (the reference code); `all` every launch and launch
+    attempt, trained or not (our earlier rule). See docs/credit.md, "Launch events"."""
 
     def __post_init__(self) -> None:
         hints = get_type_hints(type(self))

@@ -6,9 +6,12 @@ runs a builder over all tasks of a step and applies the depth weights over the w
 Pure functions of the trees (and of a tokenizer's `decode` for launch spans): no model, no world.
 
 - execution: every action token of every live agent; reward from `credit.execution`, baseline
-  = the mean of the OTHER rollouts' root rewards (§7.2).
+  = the mean of the OTHER rollouts' root rewards (§7.2). Where the environment says so, the
+  error steps of an agent that succeeded are left untrained; success is the agent's own success
+  gate (see `succeeded`), not its reward.
 - delegation: only launch statements / `<delegate>` blocks; reward `R · leaf coverage`, invalid
-  launch attempts 0; root-balanced LOO (§6.2).
+  launch attempts 0; root-balanced LOO (§6.2) over the events with a trainable span
+  (`Method.launch_events`).
 - rubric_generation: one datum per group with a valid rubric and mixed labels: the rubric
   completion; reward = ranking reward, LOO across the task's groups (§5.2).
 """
@@ -28,13 +31,13 @@ from sera.credit import (
     ranking_reward,
     root_balanced_loo,
 )
-from sera.credit.execution import execution_rewards
+from sera.credit.execution import child_label, execution_rewards
 from sera.train.datums import Datum, MissingTokensError, delegation_datums, execution_datums, model_call_datum
 from sera.train.spans import Decode
 from sera.envs.registry import EnvTraining
 from sera.train.method import Method
 from sera.train.schedule import Stage
-from sera.types import RolloutTree
+from sera.types import AgentNode, RolloutTree
 
 
 
@@ -69,6 +72,23 @@ def _zero_variance(data: StageData, env: EnvTraining) -> StageData:
     return data
 
 
+def succeeded(tree: RolloutTree, node: AgentNode, reward: float, method: Method, env: EnvTraining) -> bool:
+    """Whether an agent succeeded, for the error-step filter (the reference's `filter_success`).
+
+    The root: its verified task success. A child scored by a rubric: the scorer's success gate
+    (a child can pass the gate with a score below 1). A child rewarded by its label (RAO, or the
+    `binary` fallback): its verifier or judge label. Where none of these exists, a reward of at
+    least 1, as the reference falls back to the reward.
+    """
+    if node.parent_id is None:
+        return bool(tree.root_success)
+    if method.execution_credit == "rubric" and node.rubric_score is not None:
+        gate = (node.rubric_assessment or {}).get("success")
+        return bool(gate) if isinstance(gate, bool) else reward >= 1.0
+    label = child_label(node, env.label_source)
+    return label if label is not None else reward >= 1.0
+
+
 def execution_stage(trees: Sequence[RolloutTree], method: Method, env: EnvTraining) -> StageData:
     """Execution datums of one task's rollouts."""
     data = StageData()
@@ -87,48 +107,82 @@ def execution_stage(trees: Sequence[RolloutTree], method: Method, env: EnvTraini
         data.counts.update(f"dropped: {reason.split(':')[0]}" for reason in rewards.dropped.values())
         for node_id, reward in rewards.rewards.items():
             node = tree.nodes[node_id]
+            drop_errors = env.drop_error_steps and succeeded(tree, node, reward, method, env)
             try:
                 datums = execution_datums(
                     node, reward - baseline, trajectory_id=f"{_tree_key(tree, index)}/{node_id}",
-                    drop_error_steps=env.drop_error_steps and reward >= 1.0,
+                    drop_error_steps=drop_errors,
                 )
             except MissingTokensError:
                 data.counts["dropped: no token ids"] += 1
                 continue
             data.counts["agents_trained"] += 1
+            data.counts["agents_error_steps_untrained"] += drop_errors
             data.datums.extend(datums)
     return _zero_variance(data, env)
 
 
-def delegation_stage(trees: Sequence[RolloutTree], env: EnvTraining, decode: Decode) -> StageData:
-    """Launch-span datums of one task's rollouts (leaf coverage, root-balanced LOO)."""
+@dataclass(frozen=True)
+class _LaunchEvent:
+    """One delegation event of a rollout, with its datums built (advantage not yet set)."""
+
+    node_id: str
+    """The launching agent."""
+    reward: float
+    """Shaped reward: R · leaf coverage, or 0 for a launch attempt that launched nothing."""
+    datums: list[Datum] | None
+    """The launch-span datums; [] without a span that lines up with tokens; None without token ids."""
+
+
+def _launch_events(tree: RolloutTree, key: str, env: EnvTraining, decode: Decode, counts: Counter[str]) -> list[_LaunchEvent]:
+    coverage = leaf_rewards(tree, _root_reward(tree))
+    raw = [(parent, step, reward) for (parent, step), reward in coverage.items()]
+    for node in tree.live_nodes().values():  # launch attempts that launched nothing earn 0
+        for step in node.steps:
+            if not step.child_ids and env.protocol.is_launch_attempt(step.completion_text):
+                raw.append((node.id, step.index, 0.0))
+                counts["invalid_launch_attempts"] += 1
+    events = []
+    for node_id, step_index, reward in raw:
+        node = tree.nodes[node_id]
+        try:
+            datums: list[Datum] | None = delegation_datums(
+                node, step_index, 0.0, trajectory_id=f"{key}/{node_id}",
+                decode=decode, launch_spans=env.protocol.launch_spans,
+            )
+        except MissingTokensError:
+            datums = None
+        events.append(_LaunchEvent(node_id, reward, datums))
+    return events
+
+
+def delegation_stage(trees: Sequence[RolloutTree], method: Method, env: EnvTraining, decode: Decode) -> StageData:
+    """Launch-span datums of one task's rollouts (leaf coverage, root-balanced LOO).
+
+    Under `launch_events="reference"` an event without a trainable span (no token ids, or no
+    launch statement or `<delegate>` block that lines up with tokens) leaves the rollout's mean,
+    as the reference drops such candidates before its LOO; under `"all"` it stays in the mean
+    and only goes untrained.
+    """
     data = StageData()
-    per_tree: list[list[tuple[str, int, float]]] = []  # (node id, step index, shaped reward)
-    for tree in trees:
-        coverage = leaf_rewards(tree, _root_reward(tree))
-        events = [(parent, step, reward) for (parent, step), reward in coverage.items()]
-        for node in tree.live_nodes().values():  # launch attempts that launched nothing earn 0
-            for step in node.steps:
-                if not step.child_ids and env.protocol.is_launch_attempt(step.completion_text):
-                    events.append((node.id, step.index, 0.0))
-                    data.counts["invalid_launch_attempts"] += 1
+    per_tree: list[list[_LaunchEvent]] = []
+    for index, tree in enumerate(trees):
+        events = _launch_events(tree, _tree_key(tree, index), env, decode, data.counts)
+        if method.launch_events == "reference":
+            left_out = [e for e in events if not e.datums]
+            data.counts["events_left_out_of_mean"] += len(left_out)
+            events = [e for e in events if e.datums]
         per_tree.append(events)
-    advantages = root_balanced_loo([[reward for *_, reward in events] for events in per_tree])
-    for index, (tree, events, event_advantages) in enumerate(zip(trees, per_tree, advantages)):
+    advantages = root_balanced_loo([[e.reward for e in events] for events in per_tree])
+    for events, event_advantages in zip(per_tree, advantages):
         data.counts["trees"] += 1
         data.counts["trees_without_delegation"] += not events
-        for (node_id, step_index, _), advantage in zip(events, event_advantages):
-            node = tree.nodes[node_id]
-            try:
-                datums = delegation_datums(
-                    node, step_index, advantage, trajectory_id=f"{_tree_key(tree, index)}/{node_id}",
-                    decode=decode, launch_spans=env.protocol.launch_spans,
-                )
-            except MissingTokensError:
+        for event, advantage in zip(events, event_advantages):
+            if event.datums is None:
                 data.counts["events_without_token_ids"] += 1
                 continue
-            data.counts["events_trained" if datums else "events_without_span"] += 1
-            data.datums.extend(datums)
+            data.counts["events_trained" if event.datums else "events_without_span"] += 1
+            data.datums.extend(d.with_advantage(advantage) for d in event.datums)
     return _zero_variance(data, env)
 
 
@@ -195,7 +249,7 @@ def build_batch(
         elif stage == "delegation":
             if decode is None:
                 raise ValueError("the delegation stage needs a tokenizer's decode to map launch spans to tokens")
-            batch.extend(delegation_stage(trees, env, decode))
+            batch.extend(delegation_stage(trees, method, env, decode))
         elif stage == "rubric_generation":
             batch.extend(rubric_stage(trees, method))
         else:
