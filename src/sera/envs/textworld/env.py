@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from sera.agents import text_protocol
-from sera.envs.textworld.prompts import initial_messages, turn_footer
+from sera.envs.textworld.prompts import initial_messages, status_lines, turn_footer
 from sera.envs.textworld.rules import ChildReport, ChildStart, RulesName, RulesProfile, rules_profile
 from sera.envs.textworld.scorer import score
 from sera.envs.textworld.spec import SyncTaskSpec
@@ -180,6 +180,8 @@ class TextWorldAgentEnv:
         return (
             f"- SubAgent {index} ({result.node_id}): finished={result.finish_message is not None}, "
             f"{check}, steps used {result.steps_used}/{result.budget}\n"
+            f"  budget: the subagent used {result.steps_used} of its {result.budget} steps; you have "
+            f"{self.handle.remaining_calls} steps left for your task\n"
             f"  result: {text.strip()}\n"
             f"  final observation: {last[:CHILD_OBSERVATION_CHARS].strip()}"
         )
@@ -187,8 +189,15 @@ class TextWorldAgentEnv:
     # -- observations --------------------------------------------------------------------------
 
     def _turn(self, step_number: int, body: str) -> str:
-        footer = turn_footer(step_number, self.handle.node.budget, self.handle.can_delegate)
+        footer = turn_footer(step_number, self.handle.node.budget, self.handle.can_delegate, self._status())
         return f"[Step {step_number} Observation]\n{body}\n\n{footer}"
+
+    def _status(self) -> str:
+        world, dishes = self.world, [d.dish_id for d in self.world.spec.dishes]
+        return status_lines(
+            eaten=sum(world.is_eaten(d) for d in dishes), dishes=len(dishes), success=world.success,
+            failure=world.failure, done=world.done,
+        )
 
     def _world_over(self, step_number: int, body: str = "", error: str | None = None) -> Outcome:
         if self.world.success:

@@ -79,6 +79,35 @@ def system_prompt(agent_id: str, depth: int, max_depth: int, child_budget: int, 
     )
 
 
+VALID_ACTIONS = "Valid Actions:"
+"""The line that opens the valid-actions list of an observation (one `- action` per line follows)."""
+
+
+def split_valid_actions(observation: str) -> tuple[str, str]:
+    """An observation as (state lines, the `Valid Actions:` block); the block is '' if absent."""
+    at = observation.find(VALID_ACTIONS)
+    if at < 0:
+        return observation.rstrip(), ""
+    return observation[:at].rstrip(), observation[at:].rstrip()
+
+
+def action_space(can_delegate: bool, max_depth: int) -> str:
+    """The `# Action Space` section: the reply blocks an agent may write, numbered."""
+    delegate = (
+        '3. <delegate>{"goal": "..."}</delegate>: launch one subagent with a self-contained goal, or '
+        'several at once with {"delegations": [{"goal": "..."}, ...]}; they act at the same time.'
+        if can_delegate
+        else f"3. <delegate>: not available to you, you are at the maximum delegation depth ({max_depth})."
+    )
+    return "\n".join((
+        "1. <action>command</action>: one command from the Valid Actions list.",
+        "2. <action>inventory</action>: look at the team's shared inventory.",
+        delegate,
+        "4. <finish>message</finish>: end your episode; the message is your report to your parent.",
+        "Write exactly one block per reply.",
+    ))
+
+
 def initial_messages(
     goal: str,
     observation: str,
@@ -90,12 +119,26 @@ def initial_messages(
     child_budget: int,
     rules: str = "sync",
 ) -> list[Message]:
-    """System prompt and first user message of one agent."""
+    """System prompt and first user message of one agent.
+
+    The first message has the reference's sections: task and budget, the initial observation,
+    the valid actions, the action space and a delegation pointer, then the first-action request.
+    """
+    can_delegate = depth < max_depth
+    state, actions = split_valid_actions(observation)
+    delegation = (
+        "Follow the delegation rules of the system prompt; each subagent's result is shown to you "
+        "after it returns, under [SubAgent Results]."
+        if can_delegate
+        else "You cannot delegate at this depth: do the work yourself."
+    )
     user = (
-        f"# Task\n{goal}\n\nBudget: you have {budget} steps (replies) of your own.\n\n"
-        f"# Initial Observation\n{observation}\n\n"
-        "Now provide your first action"
-        + (" or delegation." if depth < max_depth else ".")
+        f"# Task\n{goal}\n\nBudget: you have {budget} steps (replies) of your own for this task.\n\n"
+        f"# Initial Observation\n{state}\n\n"
+        f"# Valid Actions\n{actions or VALID_ACTIONS + ' none.'}\n\n"
+        f"# Action Space\n{action_space(can_delegate, max_depth)}\n\n"
+        f"# Delegation\n{delegation}\n\n"
+        "Now provide your first action" + (" or delegation." if can_delegate else ".")
     )
     return [
         Message(role="system", content=system_prompt(agent_id, depth, max_depth, child_budget, rules)),
@@ -103,8 +146,22 @@ def initial_messages(
     ]
 
 
-def turn_footer(steps_used: int, budget: int, can_delegate: bool) -> str:
-    """The end of every observation message: the agent's own budget and what to do next."""
-    left = budget - steps_used
+def status_lines(*, eaten: int, dishes: int, success: bool, failure: str | None, done: bool) -> str:
+    """The four status lines of every step message (score, success, failure, done)."""
+    return "\n".join((
+        f"Score: {eaten}/{dishes} dishes eaten",
+        f"Task Success: {'yes' if success else 'no'}",
+        f"Task Failure: {f'yes ({failure})' if failure else 'no'}",
+        f"Done: {'yes' if done else 'no'}",
+    ))
+
+
+def turn_footer(steps_used: int, budget: int, can_delegate: bool, status: str) -> str:
+    """The end of every step message: the agent's own budget, the world's status, what to do next."""
     ask = "Provide your next action or delegation." if can_delegate else "Provide your next action."
-    return f"Budget used by you: {steps_used}/{budget} steps ({left} left).\n{ask}"
+    pointer = "Results of subagents you launch appear under [SubAgent Results] in the step that launched them.\n" if can_delegate else ""
+    return (
+        f"Budget used by you: {steps_used}/{budget} steps.\n"
+        f"Budget remaining: {budget - steps_used} steps.\n"
+        f"{status}\n{pointer}{ask}"
+    )
