@@ -21,15 +21,16 @@ def test_eval_writes_trees_summary_and_a_table(tmp_path):
     assert summary["overall"] == {"tasks": 3, "successes": 3, "errors": 0, "success_rate": 1.0}
     assert sum(g["tasks"] for g in summary["by_difficulty"].values()) == 3
     assert summary["trees"]["mean_nodes"] >= 1 and summary["wall_time_s"] > 0
-    trees = sorted((out / "rollouts").glob("*.json"))
-    assert [p.stem for p in trees] == ["textcraft_synth.val.0", "textcraft_synth.val.1", "textcraft_synth.val.2"]
+    trees = sorted((out / "rollouts").glob("*/*.json"))
+    assert [p.relative_to(out / "rollouts").as_posix() for p in trees] == [
+        "textcraft_synth.val.0/0.json", "textcraft_synth.val.1/0.json", "textcraft_synth.val.2/0.json"]
     assert RolloutTree.from_json(trees[0].read_text()).root_success is True
 
 
 def test_eval_redoes_a_corrupt_tree_file(tmp_path):
     out = tmp_path / "run"
     runner.invoke(app, ["eval", "--limit", "1", "--out", str(out), "--no-progress"])
-    tree_file = out / "rollouts" / "textcraft_synth.val.0.json"
+    tree_file = out / "rollouts" / "textcraft_synth.val.0" / "0.json"
     tree_file.write_text("{ truncated")
     result = runner.invoke(app, ["eval", "--limit", "1", "--out", str(out), "--no-progress"])
     assert result.exit_code == 0 and "unreadable and will be redone" in result.output
@@ -139,7 +140,7 @@ def test_eval_with_an_in_process_model_records_token_ids_and_logprobs(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == f"hf:{model_dir}" and summary["overall"]["tasks"] == 1
-    (tree_file,) = (out / "rollouts").glob("*.json")
+    (tree_file,) = (out / "rollouts").glob("*/*.json")
     tree = RolloutTree.from_json(tree_file.read_text())
     steps = tree.root.steps
     assert len(steps) == 2  # a random model never finishes: it uses its whole budget

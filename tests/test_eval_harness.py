@@ -4,6 +4,7 @@ import asyncio
 
 from sera.envs.registry import get_env
 from sera.eval.harness import evaluate, tree_path
+from sera.eval.store import error_path
 from sera.envs.textcraft.tasks import load_split
 
 
@@ -21,12 +22,13 @@ def test_a_failed_rollout_is_recorded_counted_and_redone_on_rerun(tmp_path):
                                     split="val", policy_name="oracle", show_progress=False))
 
     first = run(broken_for_first)
-    error_file = tmp_path / "rollouts" / f"{tasks[0].id}.error.txt"
+    error_file = error_path(tmp_path, tasks[0].id, 0)
     assert first.overall.successes == 1 and first.overall.errors == 1 and first.overall.tasks == 2
+    assert first.errors_by_kind == {"crashed": 1} and first.failed[0].task_id == tasks[0].id
     assert "environment could not be built" in error_file.read_text()
     assert not tree_path(tmp_path, tasks[0].id).exists()
 
     second = run(spec.root_env)
     assert second.overall.successes == 2 and second.overall.errors == 0
     assert not error_file.exists(), "a stale failure record must go once the task succeeds"
-    assert not list((tmp_path / "rollouts").glob("*.partial"))
+    assert not list((tmp_path / "rollouts").rglob("*.partial"))

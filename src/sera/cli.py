@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -14,6 +15,11 @@ from sera.envs.registry import EnvSpec, env_names, get_env
 from sera.envs.selection import TaskSelection, select_tasks
 from sera.runtime.config import RuntimeConfig
 from sera.types import Task
+
+if TYPE_CHECKING:
+    from sera.policy.openai_http import HttpSettings
+
+T = TypeVar("T")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate recursive LLM agents, write task sets, play tasks by hand.")
 data_app = typer.Typer(no_args_is_help=True, help="Write published task sets to files.")
@@ -44,7 +50,7 @@ def _select(spec: EnvSpec, selection: TaskSelection) -> list[Task]:
 
 @app.command("eval")
 def eval_command(
-    out: Annotated[Path, typer.Option(help="Output folder: rollouts/*.json and summary.json.")],
+    out: Annotated[Path, typer.Option(help="Output folder: run.json, rollouts/<task>/<k>.json and summary.json.")],
     env: Annotated[str, typer.Option(help=f"Environment: {', '.join(env_names())}.")] = "textcraft-synth",
     split: Annotated[str, typer.Option(help="Task split.")] = "val",
     policy: Annotated[str, typer.Option(help="Policy: oracle, hf (in-process transformers) or openai (a server).")] = "oracle",
@@ -58,43 +64,124 @@ def eval_command(
     difficulty: Annotated[str | None, typer.Option(help="Only this difficulty band.")] = None,
     task_id: Annotated[list[str] | None, typer.Option("--task-id", help="Only these task ids (repeatable).")] = None,
     tasks_file: Annotated[Path | None, typer.Option(help="Read tasks from this file instead of the split.")] = None,
+    rules: Annotated[str | None, typer.Option(help="textworld-sync: rules profile, sync or reference (default: each split's or file's own).")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="Rollouts per task, each with its own seed (best-of-N, pass@k).")] = 1,
+    seed: Annotated[int, typer.Option(help="Base seed; rollout k of a task gets a seed derived from it, the task id and k.")] = 0,
+    new_run: Annotated[bool, typer.Option("--new-run", help="If --out holds a run with other settings, write to OUT.2 (OUT.3, ...) instead of refusing.")] = False,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
     max_calls: Annotated[int, typer.Option(min=1, help="Policy calls per agent.")] = 20,
     max_depth: Annotated[int, typer.Option(min=0, help="Maximum delegation depth.")] = 3,
+    max_infra_failures: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit with status 1 when more than this share of rollouts failed for infrastructure reasons.")] = 0.1,
+    connect_timeout: Annotated[float | None, typer.Option(help="openai: seconds to wait for a connection (default 10).")] = None,
+    request_timeout: Annotated[float | None, typer.Option(help="openai: seconds to wait for one reply before retrying (default 180).")] = None,
+    total_timeout: Annotated[float | None, typer.Option(help="openai: seconds one call may take, retries included, before it fails as a timeout (default 300).")] = None,
+    max_retries: Annotated[int | None, typer.Option(help="openai: retries of a call after a 5xx, a timeout or a dropped connection (default 5).")] = None,
+    unsafe_sandbox: Annotated[bool, typer.Option("--unsafe-sandbox", help="Run model code even where the sandbox cannot isolate it fully.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Run a policy on a task set, save every rollout tree and print the results table."""
-    from sera.eval.harness import evaluate
-    from sera.eval.report import print_summary
+    """Run a policy on a task set, save every rollout tree and print the results table.
 
-    spec = _env(env)
-    selection = TaskSelection(split, tasks_file, tuple(task_id or ()), difficulty, limit)
-    tasks = _select(spec, selection)
+    A rerun with the same --out and settings resumes: finished rollouts are kept, crashed ones and
+    those that failed for infrastructure reasons (server down, 5xx, timeouts) are run again.
+    """
+    from sera.eval.errors import EvalSetupError
+    from sera.eval.fingerprint import RunFingerprint
+    from sera.eval.harness import evaluate
+    from sera.eval.lock import run_lock
+    from sera.eval.report import print_summary
+    from sera.eval.store import check_fingerprint, check_layout, check_out_dir, new_run_dir
     from sera.policy.factory import PolicyRequest, build_policy, fit_sampling
 
     try:
-        agent_policy, policy_name = build_policy(
-            PolicyRequest(kind=policy, model=model, base_url=base_url, device=device, dtype=dtype), spec.oracle, tasks
-        )
-    except (ValueError, OSError) as exc:
+        check_out_dir(out)  # before any work: a bad --out is a one-line error, not a lost run
+    except EvalSetupError as exc:
         _fail(str(exc))
-        raise
+    spec = _env(env)
+    selection = TaskSelection(split, tasks_file, tuple(task_id or ()), difficulty, limit, rules)
+    tasks = _select(spec, selection)
+    http = _http_settings(connect_timeout, request_timeout, total_timeout, max_retries) if policy == "openai" else None
+    _sandbox(unsafe_sandbox)
     sampling = replace(
         spec.sampling,
         temperature=spec.sampling.temperature if temperature is None else temperature,
         max_tokens=spec.sampling.max_tokens if max_tokens is None else max_tokens,
     )
-    sampling = fit_sampling(sampling, agent_policy)  # after the overrides, so they fit the context too
-    summary = asyncio.run(
-        evaluate(
-            tasks, agent_policy, spec.root_env, out,
-            env_name=spec.name, split=selection.source, policy_name=policy_name,
-            config=RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling),
-            concurrency=concurrency, show_progress=progress,
-        )
+    config = RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling)
+    # The settings asked for (before fitting them to the model's context, which follows from the
+    # model), so a mismatch is refused before a model is loaded.
+    fingerprint = RunFingerprint.of(
+        env=spec.name, source=selection.source, policy=policy, model=model, config=config,
+        tasks_file=tasks_file, rules=rules, seed=seed,
     )
+    run_dir = new_run_dir(out, fingerprint) if new_run else out
+    if run_dir != out:
+        console.print(f"{out} holds another run; writing to {run_dir}")
+    try:
+        check_out_dir(run_dir)
+        with run_lock(run_dir):
+            check_layout(run_dir)
+            check_fingerprint(run_dir, fingerprint)
+            try:
+                agent_policy, policy_name = build_policy(
+                    PolicyRequest(kind=policy, model=model, base_url=base_url, device=device, dtype=dtype, http=http),
+                    spec.oracle, tasks,
+                )
+            except (ValueError, OSError) as exc:
+                _fail(str(exc))
+                raise
+            config = replace(config, sampling=fit_sampling(sampling, agent_policy))  # after the overrides
+            summary = asyncio.run(_closing(agent_policy, evaluate(
+                tasks, agent_policy, spec.root_env, run_dir,
+                env_name=spec.name, split=selection.source, policy_name=policy_name, config=config,
+                concurrency=concurrency, show_progress=progress, samples=samples, seed=seed, rules=rules,
+                fingerprint=fingerprint, lock=False,
+            )))
+    except EvalSetupError as exc:
+        _fail(str(exc))
+        raise
     print_summary(summary, Console())
-    Console().print(f"saved {summary.overall.tasks} task results under {out}/ (summary.json, rollouts/)")
+    Console().print(f"saved {summary.overall.tasks} rollout results under {run_dir}/ (summary.json, rollouts/)")
+    if summary.infra_failure_rate > max_infra_failures:
+        kinds = ", ".join(f"{k}: {n}" for k, n in summary.errors_by_kind.items())
+        console.print(
+            f"[red]error:[/red] {summary.infra_failures} of {summary.overall.tasks} rollouts "
+            f"({100 * summary.infra_failure_rate:.1f}%) failed for infrastructure reasons ({kinds}), more than "
+            f"--max-infra-failures {max_infra_failures:g}; rerun the same command to retry them",
+            markup=True, highlight=False,
+        )
+        raise typer.Exit(code=1)
+
+
+def _http_settings(connect: float | None, request: float | None, total: float | None, retries: int | None) -> HttpSettings:
+    """`HttpSettings` with the command line's timeouts and retries where given (the defaults find a
+    hung server within `total_timeout_s`, 5 minutes, and report it as `timeout`); a bad value is a
+    one-line error."""
+    from sera.policy.openai_http import HttpSettings
+
+    given = {"connect_timeout_s": connect, "request_timeout_s": request, "total_timeout_s": total, "max_retries": retries}
+    try:
+        return replace(HttpSettings(), **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        _fail(f"--connect-timeout, --request-timeout, --total-timeout, --max-retries: {exc}")
+        raise
+
+
+def _sandbox(unsafe: bool) -> None:
+    """`--unsafe-sandbox`: let the sandbox run model code with weaker isolation where it must."""
+    if unsafe:
+        from sera.sandbox import configure
+
+        configure(allow_weak_isolation=True)
+
+
+async def _closing(policy: object, work: Awaitable[T]) -> T:
+    """Await `work`, then release the policy's connections or workers (when it has any)."""
+    try:
+        return await work
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            await close()
 
 
 @data_app.command("textcraft")
@@ -108,6 +195,7 @@ def data_textcraft(
 
     if split not in ("train", "val"):
         _fail(f"unknown split {split!r}; known: train, val")
+    _check_data_out(out)
     tasks = generate_tasks(split) if generate else load_split(split)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_tasks(tasks, out)
@@ -124,8 +212,15 @@ def data_textworld(
 
     if split not in SPLITS:
         _fail(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    _check_data_out(out)
     count = write_tasks(load_split_specs(split), out)
     Console().print(f"wrote {count} {split} tasks to {out}")
+
+
+def _check_data_out(out: Path) -> None:
+    """`sera data --out` names a file; a folder there is a one-line error, not a traceback."""
+    if out.is_dir():
+        _fail(f"--out {out} is a folder; give the JSONL file to write, e.g. {out / 'tasks.jsonl'}")
 
 
 @app.command("play")
@@ -134,17 +229,26 @@ def play_command(
     env: Annotated[str, typer.Option(help="Environment.")] = "textcraft-synth",
     split: Annotated[str, typer.Option(help="Task split.")] = "val",
     out: Annotated[Path | None, typer.Option(help="Save the rollout tree here.")] = None,
+    rules: Annotated[str | None, typer.Option(help="textworld-sync: rules profile, sync or reference (default: the split's own).")] = None,
+    unsafe_sandbox: Annotated[bool, typer.Option("--unsafe-sandbox", help="Run code even where the sandbox cannot isolate it fully.")] = False,
 ) -> None:
     """Play a task yourself through the agent interface: type replies, end each with an empty line."""
+    from sera.eval.failures import classify
+    from sera.eval.json_safe import make_json_safe
     from sera.policy.human import HumanPolicy
     from sera.runtime.rollout import run_rollout
 
     spec = _env(env)
-    (task,) = _select(spec, TaskSelection(split, task_ids=(task_id,)))
+    (task,) = _select(spec, TaskSelection(split, task_ids=(task_id,), rules=rules))
+    _sandbox(unsafe_sandbox)
     tree = asyncio.run(run_rollout(task, HumanPolicy(protocol=spec.protocol), spec.root_env(task)))
     Console().print(f"\nsuccess: {tree.root_success}  agents: {len(tree.nodes)}")
     if out is not None:
-        out.write_text(tree.to_json(indent=2))
+        out.write_text(make_json_safe(tree)[0].to_json(indent=2), encoding="utf-8")
+    problem = classify(tree)
+    if problem is not None and problem.infra:  # e.g. the sandbox refused: say why, in one line
+        console.print(f"[red]error:[/red] {problem.kind}: {problem.message}", highlight=False)
+        raise typer.Exit(code=1)
 
 
 def main() -> None:

@@ -1,8 +1,13 @@
 """Run a policy over a task set: concurrent rollouts, every tree saved, resumable, summarised.
 
-Trees are written to `OUT/rollouts/<task_id>.json` as soon as each finishes; a rerun with the
-same `OUT` skips tasks whose tree is already there (and readable), so a killed evaluation
-resumes where it stopped. `OUT/summary.json` covers every task of the set, finished or not.
+Each task is run `samples` times, sample k with the seed `sample_seed(seed, task id, k)` (set on
+the tree and on the sampling settings of its calls), and each tree is written to
+`OUT/rollouts/<task>/<k>.json` (`sera.eval.store`) as soon as it finishes. A rerun with the same
+`OUT` and fingerprint skips rollouts whose tree is there, readable and not an infrastructure
+failure, so a killed evaluation resumes where it stopped and one that met a dead server redoes
+only what the server broke. One rollout that crashes or cannot be saved never stops the others:
+it is counted as an error (`sera.eval.failures`). `OUT/summary.json` covers every rollout of the
+set, finished or not.
 """
 
 from __future__ import annotations
@@ -11,35 +16,55 @@ import asyncio
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sera.eval.summary import EvalSummary, summarise
+from sera.eval.failures import Failure, classify, failure
+from sera.eval.fingerprint import RunFingerprint
+from sera.eval.lock import run_lock
+from sera.eval.seeds import sample_seed
+from sera.eval.store import (
+    check_fingerprint, check_layout, check_out_dir, error_path, load_tree, save_tree, tree_path,
+    write_atomically, write_fingerprint,
+)
+from sera.eval.summary import EvalSummary, SampleKey, summarise
 from sera.runtime.config import RuntimeConfig
-from sera.runtime.policy import Policy
 from sera.runtime.delegation import EnvFactory
+from sera.runtime.policy import Policy
 from sera.runtime.rollout import run_rollout
 from sera.types import RolloutTree, Task
 
-
-def tree_path(out_dir: Path, task_id: str) -> Path:
-    """Where the tree of `task_id` is saved."""
-    return out_dir / "rollouts" / f"{task_id}.json"
+__all__ = ["evaluate", "load_finished", "tree_path"]
 
 
-def load_finished(out_dir: Path, tasks: list[Task]) -> dict[str, RolloutTree]:
-    """Trees already saved for these tasks (unreadable files are reported and redone)."""
-    done: dict[str, RolloutTree] = {}
+def load_finished(
+    out_dir: Path, tasks: list[Task], samples: int = 1, seed: int = 0
+) -> tuple[dict[SampleKey, RolloutTree], dict[SampleKey, Failure]]:
+    """Saved trees that need no redoing, and the final (not infrastructure) failures among them.
+
+    Unreadable trees, trees of another task or seed, and infrastructure failures are left out,
+    so they are run again."""
+    done: dict[SampleKey, RolloutTree] = {}
+    final: dict[SampleKey, Failure] = {}
+    retried = 0
     for task in tasks:
-        path = tree_path(out_dir, task.id)
-        if not path.exists():
-            continue
-        try:
-            done[task.id] = RolloutTree.from_json(path.read_text())
-        except ValueError as exc:
-            print(f"warning: {path} is unreadable and will be redone: {str(exc).splitlines()[0]}")
-    return done
+        for k in range(samples):
+            tree = load_tree(tree_path(out_dir, task.id, k), task.id, sample_seed(seed, task.id, k))
+            if tree is None:
+                continue
+            problem = classify(tree)
+            if problem is not None and problem.infra:
+                retried += 1
+                continue
+            done[(task.id, k)] = tree
+            if problem is not None:
+                final[(task.id, k)] = problem
+    if retried:
+        print(f"retrying {retried} rollouts that failed for infrastructure reasons")
+    return done, final
 
 
 async def evaluate(
@@ -54,12 +79,44 @@ async def evaluate(
     config: RuntimeConfig | None = None,
     concurrency: int = 8,
     show_progress: bool = True,
+    samples: int = 1,
+    seed: int = 0,
+    rules: str | None = None,
+    fingerprint: RunFingerprint | None = None,
+    lock: bool = True,
 ) -> EvalSummary:
-    """Evaluate `policy` on `tasks`, saving trees under `out_dir`; returns the summary."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "rollouts").mkdir(exist_ok=True)
-    trees = load_finished(out_dir, tasks)
-    todo = [t for t in tasks if t.id not in trees]
+    """Evaluate `policy` on `samples` rollouts of each of `tasks`, saving trees under `out_dir`;
+    returns the summary.
+
+    `fingerprint` (default: one made of the environment, split, policy, config, rules and seed)
+    is recorded in `out_dir` and must match the one already there; `EvalSetupError` (one line)
+    if `out_dir` is not a writable folder, holds the old layout or another run, or is in use.
+    `lock=False` when the caller already holds `run_lock(out_dir)` (the CLI takes it before
+    loading a model).
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    config = config or RuntimeConfig()
+    fingerprint = fingerprint or RunFingerprint.of(
+        env=env_name, source=split, policy=policy_name, config=config, rules=rules, seed=seed
+    )
+    check_out_dir(out_dir)
+    with run_lock(out_dir) if lock else nullcontext():
+        check_layout(out_dir)
+        check_fingerprint(out_dir, fingerprint)
+        write_fingerprint(out_dir, fingerprint)
+        return await _run(tasks, policy, make_env, out_dir, env_name=env_name, split=split, policy_name=policy_name,
+                          config=config, concurrency=concurrency, show_progress=show_progress, samples=samples,
+                          seed=seed, rules=rules)
+
+
+async def _run(
+    tasks: list[Task], policy: Policy, make_env: Callable[[Task], EnvFactory], out_dir: Path, *, env_name: str,
+    split: str, policy_name: str, config: RuntimeConfig, concurrency: int, show_progress: bool, samples: int,
+    seed: int, rules: str | None,
+) -> EvalSummary:
+    trees, failures = load_finished(out_dir, tasks, samples, seed)
+    todo = [(t, k) for t in tasks for k in range(samples) if (t.id, k) not in trees]
     started = time.perf_counter()
     gate = asyncio.Semaphore(concurrency)
 
@@ -68,36 +125,51 @@ async def evaluate(
         TextColumn("ok {task.fields[ok]}"), TimeElapsedColumn(), disable=not show_progress,
     ) as progress:
         solved = sum(bool(t.root_success) for t in trees.values())
-        bar = progress.add_task(f"{env_name}/{split}", total=len(tasks), completed=len(trees), ok=solved)
+        bar = progress.add_task(f"{env_name}/{split}", total=len(tasks) * samples, completed=len(trees), ok=solved)
 
-        async def one(task: Task) -> None:
+        async def one(task: Task, k: int) -> None:
             nonlocal solved
-            error_file = out_dir / "rollouts" / f"{task.id}.error.txt"
+            key, rollout_seed = (task.id, k), sample_seed(seed, task.id, k)
+            error_file = error_path(out_dir, task.id, k)
+            # The seed goes on the tree and on every call, so each sample is its own reproducible draw.
+            sample_config = replace(config, sampling=replace(config.sampling, seed=rollout_seed))
             async with gate:
                 try:
-                    tree = await run_rollout(task, policy, make_env(task), config)
-                except Exception:  # recorded, counted as a failure, never fatal to the run
-                    error_file.write_text(traceback.format_exc())
+                    tree = await run_rollout(task, policy, make_env(task), sample_config, seed=rollout_seed)
+                except Exception as exc:  # recorded, counted as an error, never fatal to the run
+                    failures[key] = failure("crashed", f"{type(exc).__name__}: {exc}")
+                    _record_crash(error_file, traceback.format_exc())
                     progress.advance(bar)
                     return
-            _write_atomically(tree_path(out_dir, task.id), tree.to_json())
+            try:
+                tree, _ = save_tree(tree_path(out_dir, task.id, k), tree)
+            except Exception as exc:  # e.g. a full disk: this rollout is lost, the others go on
+                failures[key] = failure("save_failed", f"saving the tree of {task.id!r} sample {k} failed: {type(exc).__name__}: {exc}")
+                progress.console.print(f"warning: {failures[key].message}")
+                progress.advance(bar)
+                return
             error_file.unlink(missing_ok=True)  # a failure from an earlier run is now stale
-            trees[task.id] = tree
+            trees[key] = tree
+            problem = classify(tree)
+            if problem is not None:
+                failures[key] = problem
             solved += bool(tree.root_success)
             progress.update(bar, advance=1, ok=solved)
 
-        await asyncio.gather(*(one(t) for t in todo))
+        await asyncio.gather(*(one(t, k) for t, k in todo))
 
     summary = summarise(
-        tasks, trees, env=env_name, split=split, policy=policy_name,
-        wall_time_s=time.perf_counter() - started,
+        tasks, trees, env=env_name, split=split, policy=policy_name, wall_time_s=time.perf_counter() - started,
+        failures=failures, samples=samples, seed=seed, rules=rules,
     )
-    (out_dir / "summary.json").write_text(summary.model_dump_json(indent=2))
+    write_atomically(out_dir / "summary.json", summary.model_dump_json(indent=2))
     return summary
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a killed run never leaves half a tree."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(text)
-    partial.replace(path)
+def _record_crash(error_file: Path, text: str) -> None:
+    """Keep a crashed rollout's traceback beside where its tree would be (best effort)."""
+    try:
+        error_file.parent.mkdir(parents=True, exist_ok=True)
+        error_file.write_text(text, encoding="utf-8", errors="backslashreplace")
+    except OSError:
+        pass  # the failure is still counted and named in the summary

@@ -9,7 +9,7 @@ from sera.eval.summary import EvalSummary, GroupResult
 
 
 def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
-    """Print per-difficulty and overall success, then tree statistics and timing."""
+    """Print per-difficulty and overall success, then tree statistics, timing and errors."""
     console = console or Console()
     title = f"{summary.env} / {summary.split} / {summary.policy}"
     console.print(_table(title, "difficulty", list(summary.by_difficulty.items()) + [("overall", summary.overall)]))
@@ -21,6 +21,26 @@ def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
         f"agents by depth {t.agents_by_depth}, mean policy calls {t.mean_policy_calls:.2f}"
     )
     console.print(f"wall time {summary.wall_time_s:.1f} s, mean rollout {summary.mean_rollout_s:.2f} s")
+    if summary.samples > 1:
+        console.print(f"{summary.samples} samples per task (base seed {summary.seed}); counts are per rollout")
+    if summary.rules is not None:
+        console.print(f"rules profile: {summary.rules}")
+    if summary.sanitized_trees:
+        strings = summary.counters.get("sanitized_strings", 0)
+        console.print(f"{summary.sanitized_trees} trees had {strings} strings escaped to be saved as JSON")
+    print_errors(summary, console)
+
+
+def print_errors(summary: EvalSummary, console: Console, shown: int = 5) -> None:
+    """Errors by kind, and the first few failed rollouts with their one-line messages."""
+    if not summary.failed:
+        return
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.errors_by_kind.items())
+    console.print(f"errors ({len(summary.failed)} rollouts; {summary.infra_failures} infrastructure): {kinds}")
+    for item in summary.failed[:shown]:
+        console.print(f"  {item.task_id} #{item.sample} {item.kind}: {item.message}", markup=False, highlight=False)
+    if len(summary.failed) > shown:
+        console.print(f"  ... {len(summary.failed) - shown} more in summary.json")
 
 
 def _table(title: str, key: str, rows: list[tuple[str, GroupResult]]) -> Table:

@@ -1,4 +1,8 @@
-"""Aggregate finished rollout trees into the results table written to `summary.json`."""
+"""Aggregate finished rollout trees into the results table written to `summary.json`.
+
+Every count is over rollouts: with `--samples K` each task counts K times (once per sample).
+Errors (`sera.eval.failures`) count as failures in the success rates and are listed by kind.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,13 @@ from statistics import mean
 
 from pydantic import Field
 
+from sera.counters import Counter as UsageCounter
+from sera.eval.failures import Failure
+from sera.text_safety import clean_text
 from sera.types import Record, RolloutTree, Task
+
+SampleKey = tuple[str, int]
+"""(task id, sample index): one rollout of an evaluation."""
 
 DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
 
@@ -16,13 +26,13 @@ class GroupResult(Record):
     """Success counts of one group of tasks (a difficulty, or all)."""
 
     tasks: int
-    """Tasks in the group."""
+    """Rollouts in the group: each task once per sample."""
     successes: int
-    """Tasks whose root agent was verified successful."""
+    """Rollouts whose root agent was verified successful."""
     errors: int
-    """Tasks whose rollout failed outright (counted as failures)."""
+    """Rollouts that are errors, not results (`sera.eval.failures`; counted as failures)."""
     success_rate: float
-    """successes / tasks (task-weighted)."""
+    """successes / tasks (rollout-weighted)."""
 
 
 class TreeStats(Record):
@@ -38,6 +48,21 @@ class TreeStats(Record):
     """Number of agents at each depth, over all trees."""
     mean_policy_calls: float
     """Mean policy calls per tree."""
+
+
+class FailedRollout(Record):
+    """One rollout counted as an error."""
+
+    task_id: str
+    """The task."""
+    sample: int
+    """The sample index."""
+    kind: str
+    """What failed (`sera.eval.failures`)."""
+    infra: bool
+    """The infrastructure's fault: retried when the evaluation is rerun."""
+    message: str
+    """One line saying what happened."""
 
 
 class EvalSummary(Record):
@@ -63,23 +88,62 @@ class EvalSummary(Record):
     """Mean wall-clock seconds of one rollout."""
     counters: dict[str, int] = Field(default_factory=dict)
     """Summed usage counters of all trees."""
+    samples: int = 1
+    """Rollouts per task (`--samples`)."""
+    seed: int | None = None
+    """Base seed the rollouts' seeds were derived from (`sera.eval.seeds`)."""
+    rules: str | None = None
+    """Rules profile asked for (TextWorld-Sync); None: each task's own."""
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    """Error rollouts by kind."""
+    infra_failures: int = 0
+    """Error rollouts that are the infrastructure's fault (retried on rerun)."""
+    infra_failure_rate: float = 0.0
+    """infra_failures / rollouts."""
+    sanitized_trees: int = 0
+    """Trees that had strings escaped to be saved as JSON (`sanitized_strings` counts the strings)."""
+    failed: list[FailedRollout] = Field(default_factory=list)
+    """Every error rollout, in task order."""
 
 
 def summarise(
-    tasks: list[Task], trees: dict[str, RolloutTree], *, env: str, split: str, policy: str, wall_time_s: float
+    tasks: list[Task],
+    trees: dict[SampleKey, RolloutTree],
+    *,
+    env: str,
+    split: str,
+    policy: str,
+    wall_time_s: float,
+    failures: dict[SampleKey, Failure] | None = None,
+    samples: int = 1,
+    seed: int | None = None,
+    rules: str | None = None,
 ) -> EvalSummary:
-    """Aggregate; a task with no tree or a failed tree counts as a failure."""
+    """Aggregate `samples` rollouts of each task; a rollout with no tree or with a failure counts
+    as a failure (and an error)."""
+    failures = failures or {}
+    keys = [(t.id, k) for t in tasks for k in range(samples)]
+    missing = {key: Failure(kind="not_run", infra=True, message="no tree was recorded")
+               for key in keys if key not in trees and key not in failures}
+    errors_of = {**missing, **failures}
+
     def group(members: list[Task]) -> GroupResult:
-        ok = sum(1 for t in members if t.id in trees and trees[t.id].root_success)
-        errors = sum(1 for t in members if t.id not in trees or trees[t.id].error)
-        return GroupResult(tasks=len(members), successes=ok, errors=errors, success_rate=ok / len(members) if members else 0.0)
+        rollouts = [(t.id, k) for t in members for k in range(samples)]
+        ok = sum(1 for key in rollouts if key in trees and trees[key].root_success and key not in errors_of)
+        errors = sum(1 for key in rollouts if key in errors_of)
+        return GroupResult(tasks=len(rollouts), successes=ok, errors=errors, success_rate=ok / len(rollouts) if rollouts else 0.0)
 
     bands = sorted({t.difficulty or "none" for t in tasks}, key=_band_key)
     families = list(dict.fromkeys(_family(t) for t in tasks if _family(t) is not None))
-    done = list(trees.values())
+    done = [trees[key] for key in keys if key in trees]
     counters: Counter[str] = Counter()
     for tree in done:
         counters.update(tree.counters)
+    failed = [
+        FailedRollout(task_id=clean_text(task_id)[0], sample=k, kind=f.kind, infra=f.infra, message=f.message)
+        for (task_id, k) in keys if (f := errors_of.get((task_id, k))) is not None
+    ]
+    infra = sum(f.infra for f in failed)
     return EvalSummary(
         env=env,
         split=split,
@@ -91,6 +155,14 @@ def summarise(
         wall_time_s=wall_time_s,
         mean_rollout_s=mean(t.wall_time_s for t in done) if done else 0.0,
         counters=dict(counters),
+        samples=samples,
+        seed=seed,
+        rules=rules,
+        errors_by_kind=dict(sorted(Counter(f.kind for f in failed).items())),
+        infra_failures=infra,
+        infra_failure_rate=infra / len(keys) if keys else 0.0,
+        sanitized_trees=sum(1 for t in done if t.counters.get(UsageCounter.SANITIZED_STRINGS.value)),
+        failed=failed,
     )
 
 

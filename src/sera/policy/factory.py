@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from sera.runtime.policy import Policy, SamplingParams
 from sera.types import Task
+
+if TYPE_CHECKING:
+    from sera.policy.openai_http import HttpSettings
 
 POLICY_KINDS = ("oracle", "hf", "openai")
 
@@ -34,6 +38,8 @@ class PolicyRequest:
     """Device of an in-process model."""
     dtype: str = "float32"
     """Weights dtype of an in-process model (`float32`, `bfloat16`)."""
+    http: HttpSettings | None = None
+    """Timeouts and retries of `openai` calls (None: `HttpSettings()`'s defaults)."""
 
 
 def build_policy(
@@ -58,7 +64,7 @@ def build_policy(
 
     api_key = request.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
     # Evaluation does not need token ids, so any OpenAI-compatible server will do.
-    sampler = OpenAISampler(request.base_url, request.model, api_key=api_key, require_token_ids=False)
+    sampler = OpenAISampler(request.base_url, request.model, api_key=api_key, http=request.http, require_token_ids=False)
     return sampler, f"openai:{request.model}"
 
 
