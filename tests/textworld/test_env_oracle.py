@@ -209,3 +209,26 @@ def test_child_options_override_the_profile(make_spec):
     sync = _run(task, policy)
     assert "goal check=" in sync.root.steps[1].observation
     assert "free: they cost none" in sync.root.messages[0].content
+
+
+def test_prompt_layout_follows_the_reference_sections_and_status_lines():
+    task = load_split("test")[0]
+    tree = asyncio.run(run_rollout(task, TextWorldOracle([task]), root_env_factory(task)))
+    first = tree.root.messages[1].content
+    heads = ["# Task\n", "# Initial Observation\n", "# Valid Actions\nValid Actions:\n- ", "# Action Space\n1. <action>",
+             "# Delegation\n"]
+    assert all(h in first for h in heads)
+    assert [first.index(h) for h in heads] == sorted(first.index(h) for h in heads)
+    initial = first.split("# Initial Observation\n")[1].split("\n\n# Valid Actions")[0]
+    assert "Valid Actions" not in initial and "Shared steps:" in initial
+    assert "4. <finish>" in first and first.rstrip().endswith("first action or delegation.")
+    child = tree.children(tree.root_id)[0]
+    step = child.steps[0].observation
+    assert step.startswith("[Step 1 Observation]")
+    tail = step.split("Valid Actions:")[-1]
+    for line in ("Budget used by you: 1/20 steps.", "Budget remaining: 19 steps.", "Score: 0/",
+                 "Task Success: no", "Task Failure: no", "Done: no", "[SubAgent Results]"):
+        assert line in tail, line
+    report = next(s.observation for s in tree.root.steps if "[SubAgent Results]" in s.observation)
+    assert "  budget: the subagent used " in report and "steps left for your task" in report
+    assert report.rstrip().endswith("Done: yes") and "Task Success: yes" in report  # the world ended

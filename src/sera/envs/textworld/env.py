@@ -206,7 +206,7 @@ class TextWorldAgentEnv:
             status = f"The world is done: task failure ({self.world.failure})."
         else:
             status = "The world is done: the shared budget of actions is spent."
-        text = "\n\n".join(part for part in (f"[Step {step_number} Observation]\n{body}".strip(), status))
+        text = "\n\n".join(part for part in (f"[Step {step_number} Observation]\n{body}".strip(), status, self._status()))
         return Outcome(observation=text, error=error, finished=True, finish_message=None)
 
 
