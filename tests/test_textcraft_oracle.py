@@ -21,6 +21,7 @@ from sera.envs.textcraft.tasks import load_split
 from sera.envs.textcraft.world import CraftingWorld
 from sera.eval.harness import evaluate
 from sera.runtime import RuntimeConfig
+from sera.eval.store import tree_path
 from sera.types import Message, RolloutTree
 
 BOOK = default_recipe_book()
@@ -91,7 +92,7 @@ def test_oracle_through_the_full_runtime(tmp_path):
     stored = json.loads((tmp_path / "summary.json").read_text())
     assert stored["overall"]["success_rate"] == 1.0
 
-    trees = [RolloutTree.from_json((tmp_path / "rollouts" / f"{t.id}.json").read_text()) for t in sample]
+    trees = [RolloutTree.from_json(tree_path(tmp_path, t.id).read_text()) for t in sample]
     assert max(t.depth() for t in trees) == 3, "delegation reaches the maximum depth"
     parallel = [e for t in trees for e in t.delegation_events() if len(e.child_ids) >= 2]
     assert parallel, "some delegations launch several children at once"
