@@ -145,7 +145,7 @@ def test_policy_gradient_hand_case():
 def test_registry_uses_one_signature():
     logprobs, old = hand_batch()
     mask = torch.ones(1, 4)
-    assert set(LOSSES) == {"cispo", "ppo_clip", "pg"}
+    assert set(LOSSES) == {"cispo", "ppo_clip", "pg", "sft"}
     for name, loss_fn in LOSSES.items():
         assert torch.isfinite(loss_fn(logprobs, old, 1.0, mask)), name
     assert LOSSES["pg"](logprobs, old, 1.0, mask).item() == pytest.approx(6.5 / 4)
@@ -159,3 +159,30 @@ def test_ratio_stats():
     assert stats["clipped_fraction"] == pytest.approx(0.25)
     assert stats["tokens"] == 4
     assert ratio_stats(logprobs, old, torch.zeros(1, 4))["tokens"] == 0
+
+
+# -- sft ---------------------------------------------------------------------------------------
+
+
+def test_sft_is_token_mean_nll_and_ignores_old_logprobs_and_advantages():
+    from sera.train.losses import sft_loss
+
+    logprobs = torch.tensor([[-1.0, -2.0, float("nan")], [-0.5, -4.0, -3.0]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 1]])
+    loss = sft_loss(logprobs, mask)
+    assert loss.item() == pytest.approx((1.0 + 2.0 + 0.5 + 3.0) / 4)
+    loss.backward()
+    expected = torch.tensor([[-0.25, -0.25, 0.0], [-0.25, 0.0, -0.25]])
+    assert torch.equal(logprobs.grad, expected)
+    registered = LOSSES["sft"](logprobs, torch.full_like(logprobs, float("nan")), -3.0, mask)
+    assert registered.item() == pytest.approx(loss.item())
+
+
+def test_sft_empty_mask_is_zero_with_gradient_path():
+    from sera.train.losses import sft_loss
+
+    logprobs = torch.tensor([-1.0, -2.0], requires_grad=True)
+    loss = sft_loss(logprobs, torch.tensor([0, 0]))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.equal(logprobs.grad, torch.zeros(2))

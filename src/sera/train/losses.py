@@ -1,4 +1,4 @@
-"""Token-level policy losses (§7.4): CISPO (the paper's), PPO-clip and plain policy gradient.
+"""Token-level losses (§7.4): CISPO (the paper's), PPO-clip, plain policy gradient, and SFT.
 
 All losses are token means over the trainable tokens M of the whole batch:
 `L = (1/|M|) Σ_{t ∈ M} ℓ_t`. When a learner splits a batch into microbatches it must weight
@@ -121,6 +121,22 @@ def policy_gradient_loss(
     return _token_mean(-(batch.advantages * batch.logprobs), batch, logprobs)
 
 
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Supervised fine-tuning: token mean of `-log π_θ(a_t)` over M (the NLL per trained token).
+
+    Advantages and depth weights play no part: every trained token is imitated equally.
+    """
+    batch = _prepare(logprobs, torch.zeros_like(logprobs), 0.0, mask)
+    return _token_mean(-batch.logprobs, batch, logprobs)
+
+
+def _sft_with_old(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor
+) -> torch.Tensor:
+    """`sft_loss` under the common signature (old log-probs and advantages are not used)."""
+    return sft_loss(logprobs, mask)
+
+
 def _policy_gradient_with_old(
     logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -135,6 +151,7 @@ LOSSES: dict[str, LossFn] = {
     "cispo": cispo_loss,
     "ppo_clip": ppo_clip_loss,
     "pg": _policy_gradient_with_old,
+    "sft": _sft_with_old,
 }
 """Losses by config name, all callable as `(logprobs, old_logprobs, advantages, mask)`."""
 
