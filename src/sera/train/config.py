@@ -1,0 +1,546 @@
+"""The training run's configuration: a typed, validated `TrainConfig` and how it is loaded.
+
+Layers, lowest first: the field defaults (the paper's environment-independent values and
+TextCraft's caps) < the scale preset (`configs/presets/<name>.yaml`: its `all:` part, then the
+part for the run's environment) < the config file < `key=value` overrides. The variant files
+(`configs/<env>/<variant>.yaml`) carry only what names the run (environment, method, seed,
+judge), so the preset decides the scale; a file's own explicit keys win over the preset so that
+the dumped, resolved config (`dump_config`) loads back to the same `TrainConfig`.
+
+Every mistake is a `ConfigError` naming the key and the value: an unknown key (with the closest
+valid name), a wrong type, or an impossible combination (`TrainConfig._check_combinations`).
+What depends on the machine (CUDA present, bf16 on the GPU) is `check_host`, kept apart so that
+any config can be loaded and described anywhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sera.envs.registry import env_names, get_env
+from sera.train.method import Method, get_method
+from sera.train.schedule import StageSchedule
+
+EnvName = Literal["textcraft-synth", "textworld-sync"]
+PresetName = Literal["paper", "cpu", "tiny"]
+PRESETS: tuple[str, ...] = ("paper", "cpu", "tiny")
+REPO_PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "presets"
+"""The presets shipped with the repository (`configs/presets/`)."""
+DIFFICULTIES = ("easy", "medium", "hard", "extreme")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the key and the value."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ModelConfig(_Section):
+    name: str = "Qwen/Qwen3-4B-Instruct-2507"
+    """Model name or local path (`smollm2`: the embedded SmolLM2-135M; `tiny`: the random test model)."""
+    dtype: Literal["fp32", "bf16"] = "bf16"
+    """Weights and compute dtype of the learner (and the in-process sampler)."""
+    device: Literal["cpu", "cuda"] = "cuda"
+    """Where the learner runs."""
+    finetune: Literal["full", "lora"] = "full"
+    """Full fine-tuning (the paper's) or a LoRA adapter."""
+    lora_rank: int = Field(32, ge=1)
+    """LoRA rank (used only with `finetune: lora`)."""
+    lora_alpha: float = Field(32.0, gt=0)
+    """LoRA alpha (used only with `finetune: lora`)."""
+    gradient_checkpointing: bool = True
+    """Recompute activations in the backward pass (saves memory on long datums)."""
+
+
+class OptimizerConfig(_Section):
+    name: Literal["adamw"] = "adamw"
+    """The optimizer (AdamW only)."""
+    lr: float = Field(3e-6, gt=0)
+    """Learning rate."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas (each in [0, 1))."""
+    eps: float = Field(1e-8, gt=0)
+    """AdamW epsilon."""
+    weight_decay: float = Field(0.017, ge=0)
+    """Decoupled weight decay."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient-norm clip."""
+    schedule: Literal["constant"] = "constant"
+    """Learning-rate schedule (the paper's is constant)."""
+
+    @model_validator(mode="after")
+    def _betas(self) -> OptimizerConfig:
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"betas must each be in [0, 1), got {list(self.betas)}")
+        return self
+
+
+class LossConfig(_Section):
+    name: Literal["cispo", "ppo_clip", "pg"] = "cispo"
+    """Policy loss (`sera.train.losses`); it also sets the method's `loss`."""
+    clip_low: float = Field(0.0, ge=0)
+    """CISPO: lower bound of the clipped importance ratio."""
+    clip_high: float = Field(5.0, ge=0)
+    """CISPO: upper bound of the clipped importance ratio (the paper: 5)."""
+    ppo_eps_low: float = Field(0.2, ge=0, lt=1)
+    """PPO-clip: the ratio is clipped below at 1 - eps_low."""
+    ppo_eps_high: float = Field(0.26, ge=0)
+    """PPO-clip: the ratio is clipped above at 1 + eps_high."""
+    kl_coef: Literal[0.0] = 0.0
+    """KL penalty weight; only 0 (the paper uses none and the losses have no KL term)."""
+    normalize_rewards: Literal[False] = False
+    """Reward normalisation; only false (the paper uses none: advantages are LOO differences)."""
+
+    @model_validator(mode="after")
+    def _clip(self) -> LossConfig:
+        if self.clip_low > self.clip_high:
+            raise ValueError(f"need clip_low <= clip_high, got {self.clip_low} > {self.clip_high}")
+        return self
+
+
+# Method settings that have their own config key; giving them as overrides would be ambiguous.
+_METHOD_KEYS_ELSEWHERE = {"loss": "loss.name", "branches": "rollout.branches",
+                          "max_fork_envs": "rollout.fork_copies", "margin": "rollout.margin", "name": "method.name"}
+
+
+class MethodConfig(_Section):
+    name: str = "sera"
+    """A preset of `sera.train.method` (`rao`, `rao+d`, `rao+rt`, `sera-no-d-rt`, `sera-no-d`, `sera`, ablations)."""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """Method settings changed by name (`rao_lambda`, `failure_policy`, `score_mode`, `schedule`, ...)."""
+
+
+class EnvironmentConfig(_Section):
+    name: EnvName = "textcraft-synth"
+    """Registry name of the environment."""
+    split: str = "train"
+    """The published split of training tasks (ignored with `tasks_file`)."""
+    tasks_file: Path | None = None
+    """A task file in the environment's format, instead of the split."""
+    difficulty: str | None = None
+    """Only tasks of this difficulty band (easy, medium, hard, extreme); null: all."""
+    rules: str | None = None
+    """TextWorld-Sync rules profile (`sync`, `reference`); null: the tasks' own. TextCraft has none."""
+
+
+class RolloutConfig(_Section):
+    batch_tasks: int = Field(8, ge=1)
+    """Tasks per optimizer step."""
+    trees_per_task: int = Field(8, ge=2)
+    """K: root trees per task (the LOO group; at least 2)."""
+    concurrency: int = Field(64, ge=1)
+    """Root trees sampled at once."""
+    max_tokens: int = Field(512, ge=1)
+    """Completion tokens per agent call."""
+    max_prompt_tokens: int = Field(9600, ge=1)
+    """Prompt cap per agent call (longer prompts go through the context policy)."""
+    context: int = Field(10240, ge=1)
+    """Model context length: prompt cap + completion cap must fit."""
+    max_calls_per_agent: int = Field(20, ge=1)
+    """Policy calls each agent may make."""
+    max_depth: int = Field(3, ge=0)
+    """Deepest agent depth (root = 0)."""
+    agent_temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of agent steps."""
+    rubric_temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the rubric writer."""
+    scorer_temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the rubric scorer (0: greedy)."""
+    branches: int = Field(8, ge=2)
+    """B: counterfactual children per group in rubric training."""
+    fork_copies: int = Field(16, ge=1)
+    """World copies per root rollout in rubric training (the root's world counts 1)."""
+    margin: float = Field(0.2, ge=0)
+    """Ranking margin of the rubric reward."""
+    rubric_max_tokens: int = Field(1024, ge=1)
+    """Completion cap of a rubric-writing call."""
+    scorer_max_tokens: int = Field(1024, ge=1)
+    """Completion cap of a rubric-scoring call in execution."""
+    scorer_max_tokens_rt: int | None = Field(None, ge=1)
+    """Completion cap of a scoring call in rubric training; null: the environment's (1,024 TextCraft, 512 TextWorld)."""
+
+
+class StepsConfig(_Section):
+    max_steps: int = Field(250, ge=1)
+    """Optimizer updates (policy versions) to train; skipped rounds do not count."""
+    min_trainable_datums: int = Field(8, ge=1)
+    """A round with fewer datums of non-zero advantage is skipped."""
+    max_consecutive_skips: int = Field(10, ge=1)
+    """Abort after this many skipped rounds in a row."""
+    zero_variance: Literal["drop_refill", "keep"] | None = None
+    """Tasks whose trees all got the same reward: drop them and refill with new tasks, or keep
+    them; null: the environment's (drop+refill TextCraft, keep TextWorld)."""
+    max_refill_waves: int = Field(2, ge=0)
+    """Refill waves per round when dropped tasks leave too few trainable datums."""
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(50, ge=1)
+    """Write a checkpoint every N optimizer updates (and at the end)."""
+    keep_last: int = Field(2, ge=1)
+    """Complete checkpoints kept (the one `latest` names is never removed)."""
+
+
+class EvalConfig(_Section):
+    every: int = Field(0, ge=0)
+    """Evaluate every N optimizer updates; 0: no evaluation during training."""
+    split: str = "dev"
+    """The split evaluated."""
+    limit: int | None = Field(None, ge=1)
+    """At most this many tasks of the split (the first ones); null: all."""
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of evaluation (0: greedy)."""
+
+
+class JudgeConfig(_Section):
+    base_url: str
+    """OpenAI-compatible endpoint of the external judge / rubric model."""
+    model: str = "kimi-k2.6"
+    """Served model name."""
+    api_key_env: str = "KIMI_API_KEY"
+    """Environment variable holding the API key (the key itself never goes into a config)."""
+    max_concurrency: int = Field(16, ge=1)
+    """Judge requests in flight."""
+
+
+class LoggingConfig(_Section):
+    tensorboard: bool = True
+    """Write TensorBoard event files under the run directory."""
+    wandb_project: str | None = None
+    """Weights & Biases project; null: no W&B."""
+
+
+class TrainConfig(_Section):
+    """Everything `sera train` needs, validated as a whole."""
+
+    preset: PresetName | None = None
+    """The scale preset applied beneath the file (recorded; `load_config` applies it)."""
+    model: ModelConfig = ModelConfig()
+    """The trained model."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """The optimizer."""
+    loss: LossConfig = LossConfig()
+    """The policy loss."""
+    method: MethodConfig = MethodConfig()
+    """Credit rules and stage schedule."""
+    environment: EnvironmentConfig = EnvironmentConfig()
+    """Environment and training tasks."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Sampling, budgets and rubric-training sizes."""
+    steps: StepsConfig = StepsConfig()
+    """How long to train and when to skip."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpoint cadence and retention."""
+    eval: EvalConfig = EvalConfig()
+    """Periodic evaluation."""
+    judge: JudgeConfig | None = None
+    """The external judge; null where the method needs none."""
+    logging: LoggingConfig = LoggingConfig()
+    """Metric sinks."""
+    seed: int = 0
+    """Run seed (tree seeds and task order derive from it)."""
+
+    def resolved_method(self) -> Method:
+        """The method: the preset, its overrides, and the keys set elsewhere (loss, B, copies, margin)."""
+        return get_method(self.method.name, **{**self.method.overrides, "loss": self.loss.name,
+                                               "branches": self.rollout.branches,
+                                               "max_fork_envs": self.rollout.fork_copies,
+                                               "margin": self.rollout.margin})
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> TrainConfig:
+        _check_method(self)
+        _check_environment(self)
+        r = self.rollout
+        if r.max_prompt_tokens + r.max_tokens > r.context:
+            raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "
+                             f"({r.max_tokens}) exceed rollout.context ({r.context})")
+        return self
+
+
+def _check_method(cfg: TrainConfig) -> None:
+    where = f"method.name={cfg.method.name!r}"
+    for key, home in _METHOD_KEYS_ELSEWHERE.items():
+        if key in cfg.method.overrides:
+            raise ValueError(f"method.overrides.{key}: set {home} instead")
+    try:
+        method = cfg.resolved_method()
+    except ValueError as exc:
+        raise ValueError(f"{where}: {_with_suggestion(str(exc), cfg.method)}") from None
+    env = get_env(cfg.environment.name)
+    stages = {stage for stage, _ in method.stage_schedule.entries}
+    if stages - {"execution"} and cfg.rollout.max_depth < 1:
+        raise ValueError(f"{where}: schedule '{method.schedule}' trains {sorted(stages - {'execution'})}, "
+                         f"which need delegation, but rollout.max_depth is {cfg.rollout.max_depth}")
+    if "rubric_generation" in stages and 1 + cfg.rollout.branches > cfg.rollout.fork_copies:
+        raise ValueError(f"{where}: rubric training needs rollout.fork_copies >= 1 + rollout.branches "
+                         f"(the root's world + one group), got fork_copies={cfg.rollout.fork_copies}, "
+                         f"branches={cfg.rollout.branches}")
+    if method.rubric_writer == "global" and env.global_rubric is None:
+        raise ValueError(f"{where}: the global rubric exists for TextCraft-Synth only; "
+                         f"environment.name={env.name!r} has none")
+    # The same rule as `Collector.__post_init__`, checked before any model is loaded.
+    needs = [why for why, needed in (
+        ("judged child labels", env.training.label_source == "judge"
+         and ("rubric_generation" in stages or method.execution_credit == "rao")),
+        ("external rubrics", method.rubric_writer == "external"),
+        ("an external scorer", method.rubric_scorer == "external"),
+    ) if needed]
+    if needs and cfg.judge is None:
+        raise ValueError(f"{where} on environment.name={env.name!r} needs an external judge for "
+                         f"{', '.join(needs)}; set judge.base_url and judge.model")
+
+
+def _check_environment(cfg: TrainConfig) -> None:
+    e = cfg.environment
+    env = get_env(e.name)
+    if e.tasks_file is None and e.split not in env.splits:
+        raise ValueError(f"environment.split={e.split!r}: {e.name} has splits {list(env.splits)}")
+    if e.tasks_file is not None and not e.tasks_file.is_file():
+        raise ValueError(f"environment.tasks_file={str(e.tasks_file)!r}: no such file")
+    if e.difficulty is not None and e.difficulty not in DIFFICULTIES:
+        raise ValueError(f"environment.difficulty={e.difficulty!r}: use one of {list(DIFFICULTIES)} or null")
+    if e.rules is not None and e.rules not in env.rules:
+        known = f"profiles {list(env.rules)}" if env.rules else "no rules profiles"
+        raise ValueError(f"environment.rules={e.rules!r}: {e.name} has {known}")
+    if cfg.eval.every and cfg.eval.split not in env.splits:
+        raise ValueError(f"eval.split={cfg.eval.split!r}: {e.name} has splits {list(env.splits)}")
+
+
+def _with_suggestion(message: str, method: MethodConfig) -> str:
+    known = _method_setting_names()
+    for key in method.overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            return f"unknown setting method.overrides.{key}" + (f" (did you mean {close[0]!r}?)" if close else "") + f"; {message}"
+    return message
+
+
+def _method_setting_names() -> list[str]:
+    return [n for n in Method.__dataclass_fields__ if n not in _METHOD_KEYS_ELSEWHERE]
+
+
+# ---------------------------------------------------------------- loading
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `3e-6` as a string; this loader reads it as a float, as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)$|^[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?$"
+               r"|^[-+]?[0-9][0-9_]*\.[0-9_]*$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, source: str = "<string>") -> Any:
+    """YAML text to Python values (exponent floats read as floats)."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+
+
+ALIASES: dict[str, str] = {
+    "max_steps": "steps.max_steps", "lr": "optimizer.lr", "env": "environment.name",
+    "batch_tasks": "rollout.batch_tasks", "K": "rollout.trees_per_task", "judge_url": "judge.base_url",
+}
+"""Short override keys for often-changed settings (`seed`, `preset` and sections need none)."""
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    data = parse_yaml(text, str(path))
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, mappings merged key by key (except `method.overrides`' values, replaced whole)."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`"optimizer.lr=1e-5"` to `(["optimizer", "lr"], 1e-05)`; the value is read as YAML."""
+    key, eq, raw = item.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ConfigError(f"override {item!r} is not key=value (e.g. optimizer.lr=1e-5)")
+    key = ALIASES.get(key, key)
+    return key.split("."), parse_yaml(raw, f"override {key}") if raw.strip() else None
+
+
+def _set(data: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    if len(path) == 1:
+        return {**data, path[0]: value}
+    inner = data.get(path[0])
+    if inner is None:
+        inner = {}
+    if not isinstance(inner, dict):
+        raise ConfigError(f"override {'.'.join(path)}: {path[0]} is not a section")
+    return {**data, path[0]: _set(inner, path[1:], value)}
+
+
+def find_preset(name: str, near: Path | None = None) -> Path:
+    """A preset file: `name` as a path, `<config dir>/../presets/<name>.yaml`, or the repository's."""
+    if name.endswith((".yaml", ".yml")):
+        return Path(name)
+    candidates = ([near.parent.parent / "presets" / f"{name}.yaml"] if near else []) + [REPO_PRESET_DIR / f"{name}.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    close = difflib.get_close_matches(name, PRESETS, n=1)
+    raise ConfigError(f"preset={name!r}: not found (known: {', '.join(PRESETS)})" + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
+def preset_layer(name: str, env: str, near: Path | None = None) -> dict[str, Any]:
+    """The preset's `all:` part with its `<env>:` part over it."""
+    path = find_preset(name, near)
+    data = _read_mapping(path)
+    unknown = sorted(set(data) - {"all", *env_names()})
+    if unknown:
+        raise ConfigError(f"preset {path}: unknown part(s) {unknown}; use 'all' or an environment name")
+    return _merge(data.get("all") or {}, data.get(env) or {})
+
+
+def load_config(
+    path: str | Path | None,
+    preset: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    host: bool = False,
+) -> TrainConfig:
+    """Read a config file, lay it over its preset (the argument's, else the file's `preset:`), apply
+    `key=value` overrides, and validate; `host=True` also runs `check_host`. `path=None` starts
+    from the defaults."""
+    path = Path(path) if path is not None else None
+    data = _read_mapping(path) if path is not None else {}
+    for item in overrides:
+        keys, value = parse_override(item)
+        data = _set(data, keys, value)
+    if preset is not None:
+        data["preset"] = preset
+    name = data.get("preset")
+    if name is not None:
+        if not isinstance(name, str):
+            raise ConfigError(f"preset: must be a name ({', '.join(PRESETS)}), got {name!r}")
+        section = data.get("environment")
+        env = section.get("name", EnvironmentConfig().name) if isinstance(section, dict) else EnvironmentConfig().name
+        data = _merge(preset_layer(name, str(env), path), data)
+        if name.endswith((".yaml", ".yml")):
+            data["preset"] = None  # a preset file of one's own: its values are in the resolved config
+    cfg = validate_config(data, source=str(path) if path else "config")
+    if host:
+        check_host(cfg)
+    return cfg
+
+
+def check_host(cfg: TrainConfig) -> None:
+    """Refuse what this machine cannot run: `model.device: cuda` without a CUDA device, bf16 on a
+    GPU without bf16. bf16 on a CPU is left to the learner: torch runs it everywhere (natively with
+    AVX-512 BF16 or AMX, emulated and slower elsewhere), so it is slow at worst, never wrong."""
+    import torch
+
+    if cfg.model.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("model.device='cuda': no CUDA device on this machine (use model.device=cpu or --preset cpu)")
+        if cfg.model.dtype == "bf16" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("model.dtype='bf16': this GPU has no bf16 support (use model.dtype=fp32)")
+
+
+def validate_config(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    """A `TrainConfig` from plain data; `ConfigError` naming every bad key and value."""
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_explain(err) for err in exc.errors())) from None
+
+
+def _explain(err: Any) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "<top>"
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc[-1], _field_names(loc[:-1]), n=1)
+        return f"unknown key {key!r}" + (f" (did you mean {'.'.join([*loc[:-1], close[0]])!r}?)" if close else "")
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "value_error" and not loc:
+        return msg  # a combination check: its message names the keys
+    return f"{key}: {msg} (got {err['input']!r})"
+
+
+def _field_names(loc: list[str]) -> list[str]:
+    model: Any = TrainConfig
+    for part in loc:
+        info = getattr(model, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        model = info.annotation
+        if getattr(model, "__args__", None):  # `JudgeConfig | None`
+            model = next((a for a in model.__args__ if isinstance(a, type) and issubclass(a, BaseModel)), model)
+    return list(getattr(model, "model_fields", {}))
+
+
+# ---------------------------------------------------------------- output
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    """The resolved config as YAML; `load_config` of it gives `cfg` back."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def config_diff(a: TrainConfig, b: TrainConfig) -> list[str]:
+    """The keys whose values differ, as `key: a -> b` lines (empty when the configs are equal)."""
+    fa, fb = _flatten(a.model_dump(mode="json")), _flatten(b.model_dump(mode="json"))
+    missing = object()
+    return [f"{key}: {fa.get(key, missing)!r} -> {fb.get(key, missing)!r}".replace(repr(missing), "(absent)")
+            for key in sorted(set(fa) | set(fb)) if fa.get(key, missing) != fb.get(key, missing)]
+
+
+def first_cycle(schedule: StageSchedule) -> list[tuple[int, int, str]]:
+    """`(first version, last version, stage)` of each entry of the schedule's first cycle."""
+    out, start = [], 0
+    for stage, length in schedule.entries:
+        out.append((start, start + length - 1, stage))
+        start += length
+    return out
+
+
+def describe(cfg: TrainConfig) -> str:
+    """What `sera train --dry-run` prints: the resolved config and the first cycle of stages."""
+    method = cfg.resolved_method()
+    r = cfg.rollout
+    lines = [dump_config(cfg).rstrip(), "", f"method {method.name}: schedule {method.schedule} "
+             f"(repeats every {method.stage_schedule.total} updates)"]
+    lines += [f"  versions {lo:>3}-{hi:<3} {stage}" if hi > lo else f"  version  {lo:>3}     {stage}"
+              for lo, hi, stage in first_cycle(method.stage_schedule)]
+    lines.append(f"per step: {r.batch_tasks} tasks x K={r.trees_per_task} = {r.batch_tasks * r.trees_per_task} "
+                 f"root trees; {cfg.steps.max_steps} updates")
+    return "\n".join(lines)
