@@ -508,7 +508,8 @@ def dump_config(cfg: TrainConfig) -> str:
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
+    """Dotted keys to leaf values; an empty mapping has no keys (so `{}` and absent compare equal)."""
+    if isinstance(data, dict):
         out: dict[str, Any] = {}
         for key, value in data.items():
             out.update(_flatten(value, f"{prefix}{key}."))
