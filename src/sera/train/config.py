@@ -40,10 +40,14 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
+    """A config section: unknown keys refused, frozen, field docstrings as descriptions."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ModelConfig(_Section):
+    """The trained model and how it is fine-tuned."""
+
     name: str = "Qwen/Qwen3-4B-Instruct-2507"
     """Model name or local path (`smollm2`: the embedded SmolLM2-135M; `tiny`: the random test model)."""
     dtype: Literal["fp32", "bf16"] = "bf16"
@@ -61,6 +65,8 @@ class ModelConfig(_Section):
 
 
 class OptimizerConfig(_Section):
+    """AdamW and its schedule."""
+
     name: Literal["adamw"] = "adamw"
     """The optimizer (AdamW only)."""
     lr: float = Field(3e-6, gt=0)
@@ -84,6 +90,8 @@ class OptimizerConfig(_Section):
 
 
 class LossConfig(_Section):
+    """The policy loss (no KL, no reward normalisation: the paper's)."""
+
     name: Literal["cispo", "ppo_clip", "pg"] = "cispo"
     """Policy loss (`sera.train.losses`); it also sets the method's `loss`."""
     clip_low: float = Field(0.0, ge=0)
@@ -112,6 +120,8 @@ _METHOD_KEYS_ELSEWHERE = {"loss": "loss.name", "branches": "rollout.branches",
 
 
 class MethodConfig(_Section):
+    """The training method: a `sera.train.method` preset and overrides."""
+
     name: str = "sera"
     """A preset of `sera.train.method` (`rao`, `rao+d`, `rao+rt`, `sera-no-d-rt`, `sera-no-d`, `sera`, ablations)."""
     overrides: dict[str, Any] = Field(default_factory=dict)
@@ -119,6 +129,8 @@ class MethodConfig(_Section):
 
 
 class EnvironmentConfig(_Section):
+    """The environment and its training tasks."""
+
     name: EnvName = "textcraft-synth"
     """Registry name of the environment."""
     split: str = "train"
@@ -132,6 +144,8 @@ class EnvironmentConfig(_Section):
 
 
 class RolloutConfig(_Section):
+    """Sampling, budgets and rubric-training sizes of each round."""
+
     batch_tasks: int = Field(8, ge=1)
     """Tasks per optimizer step."""
     trees_per_task: int = Field(8, ge=2)
@@ -169,6 +183,8 @@ class RolloutConfig(_Section):
 
 
 class StepsConfig(_Section):
+    """How long to train and when a round is skipped."""
+
     max_steps: int = Field(250, ge=1)
     """Optimizer updates (policy versions) to train; skipped rounds do not count."""
     min_trainable_datums: int = Field(8, ge=1)
@@ -183,6 +199,8 @@ class StepsConfig(_Section):
 
 
 class CheckpointConfig(_Section):
+    """Checkpoint cadence and retention."""
+
     every: int = Field(50, ge=1)
     """Write a checkpoint every N optimizer updates (and at the end)."""
     keep_last: int = Field(2, ge=1)
@@ -190,6 +208,8 @@ class CheckpointConfig(_Section):
 
 
 class EvalConfig(_Section):
+    """Periodic evaluation during training."""
+
     every: int = Field(0, ge=0)
     """Evaluate every N optimizer updates; 0: no evaluation during training."""
     split: str = "dev"
@@ -201,6 +221,8 @@ class EvalConfig(_Section):
 
 
 class JudgeConfig(_Section):
+    """The external judge / rubric model (OpenAI-compatible)."""
+
     base_url: str
     """OpenAI-compatible endpoint of the external judge / rubric model."""
     model: str = "kimi-k2.6"
@@ -212,6 +234,8 @@ class JudgeConfig(_Section):
 
 
 class LoggingConfig(_Section):
+    """Metric sinks besides `metrics.jsonl`."""
+
     tensorboard: bool = True
     """Write TensorBoard event files under the run directory."""
     wandb_project: str | None = None
@@ -482,8 +506,8 @@ def _explain(err: Any) -> str:
         close = difflib.get_close_matches(loc[-1], _field_names(loc[:-1]), n=1)
         return f"unknown key {key!r}" + (f" (did you mean {'.'.join([*loc[:-1], close[0]])!r}?)" if close else "")
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "value_error" and not loc:
-        return msg  # a combination check: its message names the keys
+    if err["type"] == "value_error" and (not loc or isinstance(err["input"], dict)):
+        return msg if not loc else f"{key}: {msg}"  # a combination check: its message names the keys
     return f"{key}: {msg} (got {err['input']!r})"
 
 
