@@ -131,7 +131,9 @@ def test_tmp_leftovers_are_removed_and_ignored(tmp_path: Path) -> None:
     (torn / "weights.bin").write_bytes(b"half")
     mine = tmp_path / f".tmp-step_000003-{os.getpid()}"
     mine.mkdir()
+    (tmp_path / ".latest.999999999.tmp").write_text("step_0000")
     assert load_latest(tmp_path).step == 1
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step_000001"]
     assert not torn.exists() and not mine.exists()
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_000001"]
 

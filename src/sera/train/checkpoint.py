@@ -339,7 +339,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_leftovers(ckpt_dir: str | Path) -> list[Path]:
-    """Delete `.tmp-*` directories of interrupted saves (not those of another live process)."""
+    """Delete `.tmp-*` directories of interrupted saves (not those of another live process) and
+    temporary files of an interrupted `latest` update."""
     removed = []
     ckpt_dir = Path(ckpt_dir)
     for p in ckpt_dir.glob(f"{TMP_PREFIX}*") if ckpt_dir.is_dir() else ():
@@ -347,6 +348,9 @@ def remove_leftovers(ckpt_dir: str | Path) -> list[Path]:
         if p.is_dir() and not (pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid))):
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
+    for p in ckpt_dir.glob(f".{LATEST}.*.tmp") if ckpt_dir.is_dir() else ():  # a torn `write_atomic`
+        p.unlink(missing_ok=True)
+        removed.append(p)
     return removed
 
 
