@@ -81,3 +81,8 @@ def test_a_sandbox_that_refuses_is_reported_in_one_line_and_fails_the_run(tmp_pa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["errors_by_kind"] == {"sandbox_isolation": 2}
     assert "\n" not in summary["failed"][0]["message"] and "Traceback" not in summary["failed"][0]["message"]
+
+
+def test_play_refuses_rules_for_textcraft_in_one_line():
+    result = runner.invoke(app, ["play", "--task-id", "textcraft_synth.val.0", "--rules", "sync"])
+    assert result.exit_code == 2 and "textcraft-synth has no rules profiles" in _line(result)

@@ -17,6 +17,7 @@ error. An error is a rollout whose root could not be judged fairly; each has a `
 | `rollout_error` | any other tree `error` | no |
 | `crashed` | `run_rollout` raised (traceback in `<k>.error.txt`) | yes |
 | `save_failed` | the tree could not be written | yes |
+| `not_run` | no tree and no failure was recorded (the summary's fallback; should not happen) | yes |
 
 Infrastructure failures are retried when the evaluation is rerun and count towards
 `--max-infra-failures`; the others are final, like model failures, but still counted as errors.
