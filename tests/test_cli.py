@@ -90,6 +90,14 @@ def test_play_runs_a_task_from_typed_cells(tmp_path, monkeypatch):
     assert len(tree.root.steps) == len(cells) and tree.root.finish_message == f"made {count}x {item}"
 
 
+def _typed_line(lines):
+    # input() raises EOFError at the end of input; a StopIteration would be lost in the thread.
+    try:
+        return next(lines)
+    except StopIteration:
+        raise EOFError from None
+
+
 def test_play_runs_a_textworld_task_from_typed_replies(tmp_path, monkeypatch):
     """Bare commands are taken as `<action>` blocks; a reply typed with its tags is kept as typed.
     The world ends the root's episode when the last dish is eaten."""
@@ -101,7 +109,7 @@ def test_play_runs_a_textworld_task_from_typed_replies(tmp_path, monkeypatch):
     commands = plan.root_actions + [a for dish in plan.dishes for part in dish.parts for a in part]
     replies = [f"<action>{commands[0]}</action>", *commands[1:]]
     typed = iter(line for reply in replies for line in (reply, ""))
-    monkeypatch.setattr("builtins.input", lambda prompt="": next(typed))
+    monkeypatch.setattr("builtins.input", lambda prompt="": _typed_line(typed))
     out = tmp_path / "played.json"
     result = runner.invoke(app, ["play", "--env", "textworld-sync", "--split", "test", "--task-id", spec.task_id, "--out", str(out)])
     assert result.exit_code == 0, result.output

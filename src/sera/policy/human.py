@@ -4,6 +4,7 @@ the environment's reply protocol (a code cell for CodeAct, a command or tagged r
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Callable
 
 from sera.agents.protocol import CODEACT, ReplyProtocol
@@ -20,12 +21,14 @@ class HumanPolicy:
 
     def __init__(
         self,
-        read_line: Callable[[str], str] = input,
-        write: Callable[[str], None] = print,
+        read_line: Callable[[str], str] | None = None,
+        write: Callable[[str], None] | None = None,
         protocol: ReplyProtocol = CODEACT,
     ) -> None:
-        self._read_line = read_line
-        self._write = write
+        # Looked up when the policy is made, not when this module is imported: the terminal's
+        # input/print by default, whatever they are at that moment (tests replace them).
+        self._read_line = read_line or builtins.input
+        self._write = write or builtins.print
         self.protocol = protocol
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
