@@ -251,6 +251,58 @@ def play_command(
         raise typer.Exit(code=1)
 
 
+@app.command("train", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def train_command(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option(help="Run config, e.g. configs/textcraft-synth/sera.yaml.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Scale preset beneath the config: paper, cpu or tiny.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory: config.yaml, metrics.jsonl, rollouts/, checkpoints/.")] = None,
+    resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory from its newest complete checkpoint.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the first cycle of stages; train nothing.")] = False,
+) -> None:
+    """Train a policy with RL (RAO / SERA): `sera train --config C --preset P --out DIR [key=value ...]`.
+
+    Extra arguments are config overrides (`optimizer.lr=1e-5`, `max_steps=10`). `--resume DIR`
+    continues a run; it refuses a changed config except `steps.max_steps`.
+    """
+    from sera.train.config import ConfigError, describe, load_config
+    from sera.train.loop import CONFIG_FILE, TrainError, run_train
+
+    overrides = list(ctx.args)
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        _fail(f"unexpected argument(s) {bad}; overrides are key=value (e.g. optimizer.lr=1e-5)")
+    if resume is not None and out is not None and out != resume:
+        _fail("give --resume DIR or --out DIR, not both")
+    try:
+        if resume is not None:
+            cfg = None
+            if config is not None or preset is not None or overrides:
+                cfg = load_config(config or resume / CONFIG_FILE, preset=preset, overrides=overrides)
+        else:
+            if config is None:
+                _fail("--config is required (or --resume DIR)")
+            cfg = load_config(config, preset=preset, overrides=overrides, host=not dry_run)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise
+    if dry_run:
+        if cfg is None:
+            assert resume is not None
+            cfg = load_config(resume / CONFIG_FILE)
+        typer.echo(describe(cfg))
+        return
+    if resume is None and out is None:
+        _fail("--out DIR is required")
+    try:
+        result = run_train(cfg, resume or out, resume=resume is not None, log=lambda m: console.print(m, markup=False, highlight=False))
+    except TrainError as exc:
+        _fail(str(exc))
+        raise
+    Console().print(f"trained {result.version} updates in {result.steps} steps under {resume or out}/"
+                    + (f" (stopped by {result.stopped_by})" if result.stopped_by else ""))
+
+
 def main() -> None:
     """Console entry point."""
     app()
