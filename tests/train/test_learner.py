@@ -244,9 +244,13 @@ def test_save_for_sampler_full_weights_reload_and_replace(tmp_path):
     with torch.no_grad():
         reference = full_forward_logprobs(reloaded, [5, 6, 7], [8, 9])
     torch.testing.assert_close(learner.sequence_logprobs([5, 6, 7], [8, 9]), reference, atol=1e-5, rtol=0)
-    # A saved folder loads as a learner by path.
+    # A saved folder loads as a learner by path, with its tokenizer; a weights-only folder too.
     again = TorchLearner.load(target, LearnerConfig())
+    assert again.tokenizer is not None
     torch.testing.assert_close(again.sequence_logprobs([5, 6, 7], [8, 9]), reference, atol=1e-5, rtol=0)
+    again.tokenizer = None
+    bare = again.save_for_sampler(tmp_path / "bare")
+    assert TorchLearner.load(bare).tokenizer is None
 
 
 def test_save_for_sampler_lora_writes_an_adapter(tmp_path):

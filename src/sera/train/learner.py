@@ -258,17 +258,26 @@ def resolve_device(device: str, dtype: str) -> torch.device:
 
 def load_causal_lm(source: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     """`(model, tokenizer)` in fp32 from `smollm2` (the embedded default) or a local folder with
-    a config.json; anything else is a one-line FileNotFoundError."""
+    a config.json (the tokenizer is None when the folder has none, as a weights-only folder);
+    anything else is a one-line FileNotFoundError."""
     from sera.policy.models import DEFAULT_ALIASES, load_model
 
     text = str(source)
-    if text not in DEFAULT_ALIASES:
-        folder = Path(text).expanduser()
-        if not folder.exists():
-            raise FileNotFoundError(f"model path {text!r} does not exist (pass a local model folder or 'smollm2')")
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(f"model path {text!r} has no config.json: not a transformers model folder")
-    return load_model(text, dtype="float32", device="cpu")
+    if text in DEFAULT_ALIASES:
+        return load_model(text, dtype="float32", device="cpu")
+    folder = Path(text).expanduser()
+    if not folder.exists():
+        raise FileNotFoundError(f"model path {text!r} does not exist (pass a local model folder or 'smollm2')")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"model path {text!r} has no config.json: not a transformers model folder")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    # transformers 5 builds an empty tokenizer from the config alone: look for the files first.
+    files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    has_tokenizer = any((folder / name).is_file() for name in files)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True) if has_tokenizer else None
+    return model, tokenizer
 
 
 def _wrap_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
