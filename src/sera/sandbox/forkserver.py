@@ -278,15 +278,10 @@ def _spawn(
 
 def _host_pid(proc_fd: int) -> int:
     """This process's pid in the outermost pid namespace that /proc shows (the host's)."""
-    status = os.open("self/status", os.O_RDONLY, dir_fd=proc_fd)
-    try:
-        text = os.read(status, 1 << 16).decode("ascii", "replace")
-    finally:
-        os.close(status)
-    for line in text.splitlines():
-        if line.startswith("NSpid:"):
-            return int(line.split()[1])
-    return os.getpid()
+    from sera.sandbox import isolation
+
+    nspid = isolation.proc_status_field(proc_fd, "NSpid")
+    return int(nspid.split()[0]) if nspid else os.getpid()
 
 
 def _reap(pid: int) -> int:

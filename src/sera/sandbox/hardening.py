@@ -126,15 +126,10 @@ def set_cell_cpu_budget(seconds: float) -> None:
 
 
 def _address_space_bytes(proc_fd: int) -> int:
-    status = os.open("self/status", os.O_RDONLY, dir_fd=proc_fd)
-    try:
-        text = os.read(status, 1 << 16).decode("ascii", "replace")
-    finally:
-        os.close(status)
-    for line in text.splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("VmSize missing from /proc/self/status")
+    vm_size = isolation.proc_status_field(proc_fd, "VmSize")
+    if vm_size is None:
+        raise RuntimeError("VmSize missing from /proc/self/status")
+    return int(vm_size.split()[0]) * 1024
 
 
 def _plug_fd_gaps() -> int:

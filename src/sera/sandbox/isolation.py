@@ -198,6 +198,20 @@ def set_parent_death_signal(signum: int) -> None:
     libc().call("prctl", PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 
+def proc_status_field(proc_fd: int, key: str) -> str | None:
+    """The value of `key:` in this process's /proc status, read through an open /proc fd (the
+    worker keeps one after its root is emptied); None when the kernel does not report it."""
+    status = os.open("self/status", os.O_RDONLY, dir_fd=proc_fd)
+    try:
+        text = os.read(status, 1 << 16).decode("ascii", "replace")
+    finally:
+        os.close(status)
+    for line in text.splitlines():
+        if line.startswith(f"{key}:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
