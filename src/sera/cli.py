@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate recursive LLM agents, write task sets, play tasks by hand.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and evaluate recursive LLM agents, write task sets, play tasks by hand.")
 data_app = typer.Typer(no_args_is_help=True, help="Write published task sets to files.")
 app.add_typer(data_app, name="data")
 console = Console(stderr=True)
