@@ -1,4 +1,4 @@
-"""The `sera` command line: evaluate, write data sets, play a task by hand."""
+"""The `sera` command line: train, evaluate, write data sets, play a task by hand."""
 
 from __future__ import annotations
 
