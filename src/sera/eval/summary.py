@@ -12,6 +12,7 @@ from statistics import mean
 from pydantic import Field
 
 from sera.counters import Counter as UsageCounter
+from sera.counters import sum_counters
 from sera.eval.failures import Failure
 from sera.text_safety import clean_text
 from sera.types import Record, RolloutTree, Task
@@ -36,7 +37,7 @@ class GroupResult(Record):
 
 
 class TreeStats(Record):
-    """Shape of the recorded trees."""
+    """Shape of the recorded trees, as their roots experienced them (live nodes only)."""
 
     mean_nodes: float
     """Mean number of agents per tree."""
@@ -136,9 +137,6 @@ def summarise(
     bands = sorted({t.difficulty or "none" for t in tasks}, key=_band_key)
     families = list(dict.fromkeys(_family(t) for t in tasks if _family(t) is not None))
     done = [trees[key] for key in keys if key in trees]
-    counters: Counter[str] = Counter()
-    for tree in done:
-        counters.update(tree.counters)
     failed = [
         FailedRollout(task_id=clean_text(task_id)[0], sample=k, kind=f.kind, infra=f.infra, message=f.message)
         for (task_id, k) in keys if (f := errors_of.get((task_id, k))) is not None
@@ -154,7 +152,7 @@ def summarise(
         trees=_tree_stats(done),
         wall_time_s=wall_time_s,
         mean_rollout_s=mean(t.wall_time_s for t in done) if done else 0.0,
-        counters=dict(counters),
+        counters=sum_counters(t.counters for t in done),
         samples=samples,
         seed=seed,
         rules=rules,
@@ -167,16 +165,18 @@ def summarise(
 
 
 def _tree_stats(trees: list[RolloutTree]) -> TreeStats:
+    """Shape of the trees as their roots experienced them (uncommitted branches left out)."""
     if not trees:
         return TreeStats(mean_nodes=0, max_nodes=0, depth_distribution={}, agents_by_depth={}, mean_policy_calls=0)
-    depths = Counter(str(t.depth()) for t in trees)
-    agents = Counter(str(n.depth) for t in trees for n in t.nodes.values())
+    live = [t.live_nodes() for t in trees]
+    depths = Counter(str(max(n.depth for n in nodes.values())) for nodes in live)
+    agents = Counter(str(n.depth) for nodes in live for n in nodes.values())
     return TreeStats(
-        mean_nodes=mean(len(t.nodes) for t in trees),
-        max_nodes=max(len(t.nodes) for t in trees),
+        mean_nodes=mean(len(nodes) for nodes in live),
+        max_nodes=max(len(nodes) for nodes in live),
         depth_distribution=dict(sorted(depths.items())),
         agents_by_depth=dict(sorted(agents.items())),
-        mean_policy_calls=mean(sum(len(n.steps) for n in t.nodes.values()) for t in trees),
+        mean_policy_calls=mean(sum(len(n.steps) for n in nodes.values()) for nodes in live),
     )
 
 
