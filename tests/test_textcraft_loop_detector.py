@@ -64,13 +64,13 @@ def test_a_looping_agent_is_finished_without_a_model_call():
     script = Counting({task.goal: [_cell("print(view_inventory())")]})
     tree = _run(task, script)
     root = tree.root
-    assert script.calls == len(root.steps) == 4
+    assert script.calls == 4 and len(root.steps) == 5  # the fifth step is the detector's, not the model's
     assert root.finish_message == FINISH_MESSAGE and is_loop_stop(root.finish_message)
-    assert root.error is None
-    assert "[Loop detector]" in root.steps[-1].observation
-    assert all("[Loop detector]" not in s.observation for s in root.steps[:-1])
-    assert all(s.completion_text == _cell("print(view_inventory())") for s in root.steps)
-    assert not any(m.role == "assistant" and FINISH_MESSAGE in m.content for m in root.messages)
+    assert root.error is None and tree.counters["policy_calls"] == 4
+    forced = root.steps[-1]
+    assert forced.forced == "loop_detector" and forced.completion_token_ids is None
+    assert forced.completion_text == f"<python>\nfinish({FINISH_MESSAGE!r})\n</python>"
+    assert all(s.forced is None and s.completion_text == _cell("print(view_inventory())") for s in root.steps[:-1])
     assert tree.root_success is False  # a non-empty finish, but nothing was crafted
 
 
@@ -79,7 +79,7 @@ def test_a_forced_finish_after_the_work_is_done_still_verifies():
     task = _task({A: RA.result_count})
     script = Counting({task.goal: [_cell(_craft_code(A, RA)), _cell("print('checking')")]})
     tree = _run(task, script)
-    assert len(tree.root.steps) == 5 and is_loop_stop(tree.root.finish_message)
+    assert len(tree.root.steps) == 6 and is_loop_stop(tree.root.finish_message)
     assert tree.root_success is True
 
 
@@ -87,7 +87,7 @@ def test_a_period_two_loop_and_the_switch():
     task = _task({A: RA.result_count})
     replies = [_cell("print(1)"), _cell("print(2)")] * 10
     on = _run(task, Counting({task.goal: replies}))
-    assert len(on.root.steps) == 8 and is_loop_stop(on.root.finish_message)
+    assert len(on.root.steps) == 9 and is_loop_stop(on.root.finish_message) and on.root.steps[-1].forced
     off = _run(task, Counting({task.goal: replies}), loop_detector=False)
     assert len(off.root.steps) == 20 and off.root.finish_message is None and "exhausted the budget" in off.root.error
 
@@ -108,20 +108,20 @@ def test_a_looping_child_reports_the_detectors_message_to_its_parent():
     })
     tree = _run(task, script)
     child = tree.children(tree.root_id)[0]
-    assert is_loop_stop(child.finish_message) and len(child.steps) == 4
-    assert tree.root.steps[0].observation.startswith(f"[Cell 0 Output]\n{FINISH_MESSAGE}\n\nBudget used by subagent: 4/20")
+    assert is_loop_stop(child.finish_message) and len(child.steps) == 5  # as the reference counts it
+    assert tree.root.steps[0].observation.startswith(f"[Cell 0 Output]\n{FINISH_MESSAGE}\n\nBudget used by subagent: 5/20")
 
 
-def test_the_step_that_completes_a_loop_is_trained_as_a_policy_step_and_nothing_else_is():
+def test_the_policy_steps_of_a_looping_agent_are_trained_and_the_forced_finish_is_not():
     task = _task({A: RA.result_count})
     tokenizer = tiny_tokenizer()
     reply = _cell("print(view_inventory())")
     policy = TokenizingPolicy(Counting({task.goal: [reply]}), tokenizer)
     tree = _run(task, policy)
     root = tree.root
-    assert len(root.steps) == 4 and is_loop_stop(root.finish_message)
+    assert len(root.steps) == 5 and is_loop_stop(root.finish_message) and root.steps[-1].forced
     datums = execution_datums(root, 1.0, trajectory_id="t/n0")
     trained = [t for d in datums for t, m in zip(d.tokens, d.mask) if m]
-    assert trained == [t for s in root.steps for t in s.completion_token_ids]
+    assert trained == [t for s in root.steps[:-1] for t in s.completion_token_ids]
     text = tokenizer.decode(trained)
     assert FINISH_MESSAGE not in text and "Loop detector" not in text

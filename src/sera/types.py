@@ -74,7 +74,8 @@ class Action(Record):
 
 
 class Step(Record):
-    """One policy call of one agent and what followed from it."""
+    """One policy call of one agent and what followed from it (or a step the environment forced
+    in the agent's name, `forced`)."""
 
     index: int
     """Position in the node's step list (0-based)."""
@@ -108,6 +109,9 @@ class Step(Record):
     """Seconds spent waiting for the policy."""
     env_s: float = 0.0
     """Seconds spent executing the action (including awaited children)."""
+    forced: str | None = None
+    """Set when the environment took this step in the agent's name instead of a policy call
+    (e.g. `loop_detector`): no model produced `completion_text`, and it is never trained."""
 
 
 class ModelCall(Record):

@@ -51,6 +51,9 @@ class CellEnv:
     def verify(self, finish_message: str | None) -> Verdict:
         return Verdict(success=finish_message == "ok", info={})
 
+    def forced_step(self) -> None:
+        return None
+
     def observable_state(self) -> dict:
         return {}
 

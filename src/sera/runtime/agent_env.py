@@ -29,6 +29,16 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class ForcedStep:
+    """A step the environment takes in the agent's name instead of its next policy call."""
+
+    reason: str
+    """Why (e.g. `loop_detector`); recorded as `Step.forced`."""
+    reply: str
+    """The reply executed as if the agent had written it (e.g. a `finish(...)` cell)."""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """A programmatic check of an agent's goal."""
 
@@ -55,6 +65,12 @@ class AgentEnv(Protocol):
 
     def verify(self, finish_message: str | None) -> Verdict:
         """Check this agent's goal after its episode."""
+        ...
+
+    def forced_step(self) -> ForcedStep | None:
+        """Asked before each policy call: a step to take instead of calling the policy (the
+        TextCraft loop detector's finish), or None. A forced step uses one call of the budget,
+        makes no model call and is never trained."""
         ...
 
     def observable_state(self) -> dict[str, Any]:

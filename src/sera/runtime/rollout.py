@@ -14,7 +14,7 @@ import time
 import traceback
 
 from sera.counters import Counter, check_counter
-from sera.runtime.agent_env import AgentEnv
+from sera.runtime.agent_env import AgentEnv, ForcedStep
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.delegation import (
     ChildRequest,
@@ -260,6 +260,11 @@ class Rollout:
             prompt_len = len(node.messages)
             started = time.time()
             self._calls[node.id] = self.calls_made(node.id) + 1
+            forced = env.forced_step()
+            if forced is not None:  # the environment acts in the agent's name: no model call
+                if await self._forced_step(node, env, handle, forced, prompt_len, started):
+                    return
+                continue
             self.count(Counter.POLICY_CALLS)
             t0 = time.perf_counter()
             try:
@@ -311,6 +316,29 @@ class Rollout:
             f"exhausted the budget of {node.budget} policy calls before finishing; "
             "the task may be incomplete"
         )
+
+    async def _forced_step(
+        self, node: AgentNode, env: AgentEnv, handle: NodeHandle, forced: ForcedStep, prompt_len: int, started: float
+    ) -> bool:
+        """Execute `forced.reply` as the agent's step, recorded with `Step.forced`; True when the
+        agent finished."""
+        action = env.parse(forced.reply)
+        t1 = time.perf_counter()
+        handle.executing(forced.reply)
+        outcome = await env.execute(action)
+        node.steps.append(
+            Step(
+                index=len(node.steps), prompt_len=prompt_len, completion_text=forced.reply, action=action,
+                observation=outcome.observation, error=outcome.error, child_ids=self._launched.pop(node.id, []),
+                started_at=started, env_s=time.perf_counter() - t1, forced=forced.reason,
+            )
+        )
+        node.messages.append(Message(role="assistant", content=forced.reply))
+        node.messages.append(Message(role="user", content=outcome.observation))
+        self._chars += len(forced.reply) + len(outcome.observation)
+        if outcome.finished:
+            node.finish_message = outcome.finish_message
+        return outcome.finished
 
 
 def _crash(exc: BaseException) -> str:

@@ -59,6 +59,9 @@ class ScriptEnv:
         self.log.append(f"{self.handle.node.goal}:{action.body}")
         return Outcome(observation=f"echo {action.body}")
 
+    def forced_step(self) -> None:
+        return None
+
     def verify(self, finish_message: str | None) -> Verdict:
         self._maybe_fail("verify")
         return Verdict(success=finish_message == "ok", info={})

@@ -131,6 +131,8 @@ def _merge_steps(node_id: str, steps: Sequence[Step], trainable: Trainable) -> l
             buffer.clear()
 
     for step in steps:
+        if step.forced is not None:  # taken by the environment, not sampled: nothing to train
+            continue
         owner = f"node {node_id!r} step {step.index}"
         prompt, completion = _require_tokens(owner, step.prompt_token_ids, step.completion_token_ids)
         completion_mask = _completion_mask(owner, trainable(step), len(completion))

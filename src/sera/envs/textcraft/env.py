@@ -18,7 +18,7 @@ from sera.envs.textcraft.recipes import RecipeBook
 from sera.envs.textcraft.verify import verify_crafted
 from sera.envs.textcraft.world import CraftingWorld, is_positive_int
 from sera.counters import Counter
-from sera.runtime.agent_env import Outcome, Verdict
+from sera.runtime.agent_env import ForcedStep, Outcome, Verdict
 from sera.runtime.delegation import EnvFactory, ForkPoint, NodeHandle
 from sera.sandbox import SandboxSession
 from sera.types import Action, Message, Task
@@ -79,8 +79,7 @@ class TextCraftAgentEnv:
 
     async def execute(self, action: Action) -> Outcome:
         self._codes.append(action.body if action.kind == "code" else "")
-        outcome = await self._run(action)
-        return outcome if outcome.finished else self._stop_if_looping(outcome)
+        return await self._run(action)
 
     async def _run(self, action: Action) -> Outcome:
         if action.kind != "code":
@@ -106,28 +105,13 @@ class TextCraftAgentEnv:
             finish_message=self._finish_message,
         )
 
-    def _stop_if_looping(self, outcome: Outcome) -> Outcome:
-        """The loop detector's forced finish, folded into the step that completed the loop.
-
-        The reference checks before its next model call and, instead of calling the model, runs
-        the finish as one more step (when the budget has one left). The agent loop here has no
-        such hook, so the finish happens here, with no model call in either case: the step's own
-        reply and error stay as they were (and are trained as in the reference), its observation
-        says the detector ended the episode, and the agent finishes with `FINISH_MESSAGE`.
-        """
-        if self.loop_detector is None or self.handle.remaining_calls <= 0:
-            return outcome
-        period = self.loop_detector.period(self._codes)
-        if period is None:
-            return outcome
-        self._finished = True
-        self._finish_message = FINISH_MESSAGE
-        return Outcome(
-            observation=f"{outcome.observation}\n\n{self.loop_detector.note(period)}",
-            error=outcome.error,
-            finished=True,
-            finish_message=FINISH_MESSAGE,
-        )
+    def forced_step(self) -> ForcedStep | None:
+        """The loop detector's finish, as the reference takes it: checked before each policy
+        call; when the last cells repeat a short pattern, `finish(FINISH_MESSAGE)` runs as the
+        agent's next step instead of a model call (the runtime only asks while a call is left)."""
+        if self._finished or self.loop_detector is None or self.loop_detector.period(self._codes) is None:
+            return None
+        return ForcedStep(reason="loop_detector", reply=f"<python>\nfinish({FINISH_MESSAGE!r})\n</python>")
 
     def verify(self, finish_message: str | None) -> Verdict:
         return verify_crafted(self.targets, self.start_inventory, self.world.inventory, finish_message)

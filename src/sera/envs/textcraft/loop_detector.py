@@ -5,8 +5,9 @@ checks its cell history before every model call: if the last `repeats · p` cell
 period p from 1 to `max_period`, are `repeats` copies of one p-cell pattern, it makes no model
 call and runs `finish(FINISH_MESSAGE)` instead. Cells are compared by their code with leading
 and trailing whitespace removed; a reply with no code counts as the empty cell. Defaults: 4
-repeats, periods up to 3. Our environment applies the same rule right after the cell that
-completes the pattern (see `TextCraftAgentEnv.execute`).
+repeats, periods up to 3. Our environment applies the same rule at the same moment: the runtime asks
+`TextCraftAgentEnv.forced_step()` before each policy call, and the finish it returns is recorded
+as a step of its own (`Step.forced = "loop_detector"`), never trained.
 """
 
 from __future__ import annotations
@@ -40,14 +41,6 @@ class LoopDetector:
             if all(tail[i] == tail[i % p] for i in range(len(tail))):
                 return p
         return None
-
-    def note(self, period: int) -> str:
-        """What the agent's last observation says when the detector stops it."""
-        cells = "cell" if period == 1 else f"{period}-cell pattern"
-        return (
-            f"[Loop detector] The same {cells} ran {self.repeats} times in a row, so the episode was "
-            f"ended for you with finish({FINISH_MESSAGE!r}). No model call was made for this finish."
-        )
 
 
 def is_loop_stop(finish_message: str | None) -> bool:

@@ -114,6 +114,9 @@ class TextWorldAgentEnv:
     async def close(self) -> None:
         return None
 
+    def forced_step(self) -> None:
+        return None  # TextWorld agents have no loop detector (neither has the reference's)
+
     def observable_state(self) -> dict[str, Any]:
         """What this agent can see: where it is, its last observation, and the rules it plays
         under (no success flags)."""
