@@ -143,10 +143,6 @@ class NodeHandle:
         """The most policy calls a child launched from here can get (the runtime's cap)."""
         return self._runtime.config.max_calls_per_agent
 
-    def child_budget(self, requested: int | None) -> int:
-        """The policy calls a child asking for `requested` would get (the runtime's one rule)."""
-        return self._runtime.config.child_budget(requested)
-
     @property
     def remaining_calls(self) -> int:
         """Policy calls this agent has left (the step being executed counts as used)."""
