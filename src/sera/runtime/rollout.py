@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+from typing import Any
 
 from sera.counters import Counter, check_counter
-from sera.runtime.agent_env import AgentEnv, ForcedStep
+from sera.runtime.agent_env import AgentEnv
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.delegation import (
     ChildRequest,
@@ -262,7 +263,7 @@ class Rollout:
             self._calls[node.id] = self.calls_made(node.id) + 1
             forced = env.forced_step()
             if forced is not None:  # the environment acts in the agent's name: no model call
-                if await self._forced_step(node, env, handle, forced, prompt_len, started):
+                if await self._take_step(node, env, handle, forced.reply, prompt_len, started, forced=forced.reason):
                     return
                 continue
             self.count(Counter.POLICY_CALLS)
@@ -281,61 +282,50 @@ class Rollout:
             policy_s = time.perf_counter() - t0
             self.count(Counter.PROMPT_TOKENS, completion.usage.prompt_tokens)
             self.count(Counter.COMPLETION_TOKENS, completion.usage.completion_tokens)
-
-            action = env.parse(completion.text)
-            t1 = time.perf_counter()
-            handle.executing(completion.text)
-            outcome = await env.execute(action)
-            node.steps.append(
-                Step(
-                    index=len(node.steps),
-                    prompt_len=prompt_len,
-                    prompt_messages=completion.prompt_messages,
-                    prompt_token_ids=completion.prompt_token_ids,
-                    completion_text=completion.text,
-                    completion_token_ids=completion.token_ids,
-                    completion_logprobs=completion.logprobs,
-                    finish_reason=completion.finish_reason,
-                    usage=completion.usage,
-                    action=action,
-                    observation=outcome.observation,
-                    error=outcome.error,
-                    child_ids=self._launched.pop(node.id, []),
-                    started_at=started,
-                    policy_s=policy_s,
-                    env_s=time.perf_counter() - t1,
-                )
+            finished = await self._take_step(
+                node, env, handle, completion.text, prompt_len, started,
+                prompt_messages=completion.prompt_messages,
+                prompt_token_ids=completion.prompt_token_ids,
+                completion_token_ids=completion.token_ids,
+                completion_logprobs=completion.logprobs,
+                finish_reason=completion.finish_reason,
+                usage=completion.usage,
+                policy_s=policy_s,
             )
-            node.messages.append(Message(role="assistant", content=completion.text))
-            node.messages.append(Message(role="user", content=outcome.observation))
-            self._chars += len(completion.text) + len(outcome.observation)
-            if outcome.finished:
-                node.finish_message = outcome.finish_message
+            if finished:
                 return
         node.error = (
             f"exhausted the budget of {node.budget} policy calls before finishing; "
             "the task may be incomplete"
         )
 
-    async def _forced_step(
-        self, node: AgentNode, env: AgentEnv, handle: NodeHandle, forced: ForcedStep, prompt_len: int, started: float
+    async def _take_step(
+        self, node: AgentNode, env: AgentEnv, handle: NodeHandle, reply: str, prompt_len: int, started: float,
+        **recorded: Any,
     ) -> bool:
-        """Execute `forced.reply` as the agent's step, recorded with `Step.forced`; True when the
-        agent finished."""
-        action = env.parse(forced.reply)
+        """Parse and execute `reply` as the agent's next step, record it (`recorded`: what the
+        policy call adds, or `forced=`) and extend the transcript; True when the agent finished."""
+        action = env.parse(reply)
         t1 = time.perf_counter()
-        handle.executing(forced.reply)
+        handle.executing(reply)
         outcome = await env.execute(action)
         node.steps.append(
             Step(
-                index=len(node.steps), prompt_len=prompt_len, completion_text=forced.reply, action=action,
-                observation=outcome.observation, error=outcome.error, child_ids=self._launched.pop(node.id, []),
-                started_at=started, env_s=time.perf_counter() - t1, forced=forced.reason,
+                index=len(node.steps),
+                prompt_len=prompt_len,
+                completion_text=reply,
+                action=action,
+                observation=outcome.observation,
+                error=outcome.error,
+                child_ids=self._launched.pop(node.id, []),
+                started_at=started,
+                env_s=time.perf_counter() - t1,
+                **recorded,
             )
         )
-        node.messages.append(Message(role="assistant", content=forced.reply))
+        node.messages.append(Message(role="assistant", content=reply))
         node.messages.append(Message(role="user", content=outcome.observation))
-        self._chars += len(forced.reply) + len(outcome.observation)
+        self._chars += len(reply) + len(outcome.observation)
         if outcome.finished:
             node.finish_message = outcome.finish_message
         return outcome.finished
