@@ -2,12 +2,15 @@
 root agent's environment, the scripted expert, evaluation sampling, the reply protocol, the
 settings credit needs, and its fixed rubric for the global-rubric ablation.
 
-Environment modules are imported only when their entry is asked for.
+Environment modules are imported only when their entry is asked for. An environment outside
+this registry is named by its import path, `package.module:attribute`, where the attribute is
+an `EnvSpec` or a function returning one (a user's own world, or the test kit's letters world).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -137,7 +140,25 @@ def env_names() -> list[str]:
 
 
 def get_env(name: str) -> EnvSpec:
-    """The spec of a named environment; a clear error lists the known names."""
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown environment {name!r}; known: {', '.join(env_names())}")
-    return _REGISTRY[name]()
+    """The spec of a named environment, or of one named `module:attribute`; a clear error lists
+    the known names."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]()
+    if ":" in name:
+        return _import_env(name)
+    raise KeyError(f"unknown environment {name!r}; known: {', '.join(env_names())}, or module:attribute of an EnvSpec")
+
+
+def _import_env(path: str) -> EnvSpec:
+    module_name, _, attribute = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise KeyError(f"environment {path!r}: cannot import {module_name!r} ({error})") from None
+    entry = getattr(module, attribute, None)
+    if entry is None:
+        raise KeyError(f"environment {path!r}: {module_name} has no attribute {attribute!r}")
+    spec = entry() if callable(entry) and not isinstance(entry, EnvSpec) else entry
+    if not isinstance(spec, EnvSpec):
+        raise KeyError(f"environment {path!r}: {attribute} is a {type(spec).__name__}, not an EnvSpec")
+    return spec

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sera.envs.registry import env_names, get_env
 from sera.train.method import Method, get_method
 from sera.train.schedule import StageSchedule
 
-EnvName = Literal["textcraft-synth", "textworld-sync"]
 PresetName = Literal["paper", "cpu", "tiny"]
 PRESETS: tuple[str, ...] = ("paper", "cpu", "tiny")
 REPO_PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "presets"
@@ -131,8 +130,18 @@ class MethodConfig(_Section):
 class EnvironmentConfig(_Section):
     """The environment and its training tasks."""
 
-    name: EnvName = "textcraft-synth"
-    """Registry name of the environment."""
+    name: str = "textcraft-synth"
+    """Registry name of the environment (`textcraft-synth`, `textworld-sync`), or the import path
+    `module:attribute` of another world's `EnvSpec`."""
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        try:
+            get_env(name)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        return name
     split: str = "train"
     """The published split of training tasks (ignored with `tasks_file`)."""
     tasks_file: Path | None = None

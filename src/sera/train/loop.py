@@ -99,6 +99,21 @@ def task_at(tasks: list[Task], seed: int, index: int) -> Task:
     return tasks[order[position]]
 
 
+def take_tasks(tasks: list[Task], seed: int, cursor: int, n: int) -> tuple[list[Task], int]:
+    """The next `n` distinct tasks of the stream from `cursor`, and the cursor after them. Across
+    an epoch boundary a task can come up twice in a row: the repeat is passed over (one task's
+    trees form one LOO group), so the stream stays a function of the cursor."""
+    if n > len(tasks):
+        raise TrainError(f"rollout.batch_tasks={n} but the training split has only {len(tasks)} tasks")
+    chosen: list[Task] = []
+    while len(chosen) < n:
+        task = task_at(tasks, seed, cursor)
+        cursor += 1
+        if all(task.id != t.id for t in chosen):
+            chosen.append(task)
+    return chosen, cursor
+
+
 # -- the sampler side --------------------------------------------------------------------------------
 
 
@@ -371,7 +386,7 @@ def run_step(
     """One round: sample, credit, maybe update; advances `state` and `clock`; returns its metrics."""
     t0 = time.perf_counter()
     stage, version, step = clock.stage, clock.version, state.step
-    chosen = [task_at(tasks, cfg.seed, state.cursor + i) for i in range(cfg.rollout.batch_tasks)]
+    chosen, cursor = take_tasks(tasks, cfg.seed, state.cursor, cfg.rollout.batch_tasks)
     K = cfg.rollout.trees_per_task
     spec = collector.env
 
@@ -421,7 +436,7 @@ def run_step(
                       skip_reason=f"{trainable} trainable datums < steps.min_trainable_datums={cfg.steps.min_trainable_datums}")
     t4 = time.perf_counter()
     state.step += 1
-    state.cursor += len(chosen)
+    state.cursor = cursor
 
     trees = [t for g in groups for t in g]
     record.update({
