@@ -96,9 +96,10 @@ def test_resume_matches_an_uninterrupted_run(straight: Path, tmp_path: Path) -> 
             y["stage"], y["policy_version"], y["tasks"], y["datums"], y["trained_tokens"])
     # Step 0 ran the same code in both runs: equal losses.
     assert abs(a[0]["loss"] - b[0]["loss"]) < 1e-5
-    # KNOWN GAP: the resumed step's loss has been seen to differ by ~1e-2 (12.4716 vs 12.4804)
-    # from the uninterrupted run's, while two uninterrupted script runs agree exactly; the cause
-    # is not found yet. Until then only closeness is asserted here.
+    # A re-sampled TextCraft step is equal in distribution, not bit for bit: the expert's
+    # concurrent children share one world, and how their actions interleave depends on timing
+    # (seen: a child starting with 2 more crafted items, loss 12.4716 vs 12.4804). Exact resume
+    # is asserted on a timing-free world in test_kill_resume.py.
     assert abs(a[1]["loss"] - b[1]["loss"]) < 0.05 * abs(a[1]["loss"])
     wa, wb = weights(straight), weights(run)
     assert wa.keys() == wb.keys()
