@@ -1,0 +1,80 @@
+"""Table 4: each best-of-N row against the N = 1 row of the same policy, with the compute spent.
+
+The N = 1 row paired with a best-of row is the one of the same table, policy and model whose
+settings differ from it in the fewest keys (best-of runs may record selector or fork-cap
+settings a plain run does not have); the keys that differ are listed, so a pairing is never
+silent. Compute is per rollout, from the usage counters, mean over the row's runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sera.reports.aggregate import EvalTable, Row, Stat
+
+COMPUTE: dict[str, tuple[str, ...]] = {
+    "model calls": ("policy_calls", "rubric_calls", "score_calls"),
+    "tokens": ("prompt_tokens", "completion_tokens", "rubric_completion_tokens", "score_completion_tokens"),
+    "world clones": ("world_clones",),
+    "fork groups": ("fork_groups",),
+    "judge calls": ("judge_calls",),
+}
+"""Compute columns and the counters each sums."""
+
+
+@dataclass(frozen=True)
+class BestOfComparison:
+    """One best-of-N row beside its N = 1 baseline."""
+
+    env: str
+    """Environment name."""
+    source: str
+    """Split or task file."""
+    label: str
+    """The best-of row's label."""
+    n: int
+    """Candidates per delegation."""
+    baseline: str | None
+    """The N = 1 row's label; None when the table has none for this policy."""
+    success: Stat
+    """Task-weighted success of the best-of row."""
+    baseline_success: Stat | None
+    """The same for the N = 1 row."""
+    macro: Stat | None
+    """Macro average of the best-of row (where the environment has one)."""
+    baseline_macro: Stat | None
+    """The same for the N = 1 row."""
+    differs: tuple[str, ...]
+    """Settings (besides best_of) in which the two rows differ."""
+    compute: dict[str, tuple[float | None, float]]
+    """Per rollout: (N = 1, best-of N) for each `COMPUTE` column."""
+
+
+def compare_best_of(tables: list[EvalTable]) -> list[BestOfComparison]:
+    """A comparison for every best-of row (N > 1) of `tables`."""
+    out = []
+    for table in tables:
+        plain = [r for r in table.rows if r.best_of == 1]
+        for row in (r for r in table.rows if r.best_of > 1):
+            candidates = [p for p in plain if (p.policy, p.model) == (row.policy, row.model)]
+            base = min(candidates, key=lambda p: len(_differs(p, row)), default=None)
+            out.append(BestOfComparison(
+                env=table.env, source=table.source, label=row.label, n=row.best_of,
+                baseline=base.label if base else None, success=row.overall,
+                baseline_success=base.overall if base else None, macro=row.macro,
+                baseline_macro=base.macro if base else None,
+                differs=tuple(_differs(base, row)) if base else (),
+                compute={name: (per_rollout(base, names) if base else None, per_rollout(row, names)) for name, names in COMPUTE.items()},
+            ))
+    return out
+
+
+def per_rollout(row: Row, names: tuple[str, ...]) -> float:
+    """Mean over the row's runs of the summed counters `names`, per rollout."""
+    total = sum(row.counters[n].mean or 0.0 for n in names if n in row.counters)
+    return total / row.tasks if row.tasks else 0.0
+
+
+def _differs(a: Row, b: Row) -> list[str]:
+    keys = (a.settings.keys() | b.settings.keys()) - {"best_of"}
+    return sorted(k for k in keys if a.settings.get(k) != b.settings.get(k))
