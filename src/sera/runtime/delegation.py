@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from sera.counters import Counter
 from sera.runtime.agent_env import AgentEnv
 from sera.runtime.config import RuntimeConfig
+from sera.runtime.policy import SamplingParams
 from sera.types import AgentNode, ForkGroup, Message
 
 EnvFactory = Callable[["NodeHandle"], AgentEnv]
@@ -190,9 +191,11 @@ class ChildRunner(Protocol):
         budget: int | None = None,
         *,
         branch: tuple[str, int] | None = None,
+        sampling: SamplingParams | None = None,
     ) -> ChildResult:
         """Create a child node of `parent` and run it to completion; `branch` = (fork group id,
-        branch index) marks a counterfactual branch."""
+        branch index) marks a counterfactual branch; `sampling` (default: the parent's) is how the
+        child and everything it launches sample."""
         ...
 
     def node(self, node_id: str) -> AgentNode:

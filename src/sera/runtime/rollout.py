@@ -26,7 +26,7 @@ from sera.runtime.delegation import (
     NodeHandle,
     PlainLauncher,
 )
-from sera.runtime.policy import Policy
+from sera.runtime.policy import Policy, SamplingParams
 from sera.types import AgentNode, ForkGroup, Message, RolloutTree, Step, Task
 
 
@@ -57,6 +57,7 @@ class Rollout:
         self._nodes: dict[str, AgentNode] = {}
         self._launched: dict[str, list[str]] = {}
         self._calls: dict[str, int] = {}
+        self._sampling: dict[str, SamplingParams] = {}  # agents that do not sample as the config says
         self._counters: dict[str, int] = {}
         self._chars = 0  # replies + observations so far (the tree-size bound)
         self._tasks: set[asyncio.Task[None]] = set()  # every agent's task, to cancel on timeout
@@ -187,14 +188,20 @@ class Rollout:
         budget: int | None = None,
         *,
         branch: tuple[str, int] | None = None,
+        sampling: SamplingParams | None = None,
     ) -> ChildResult:
         """Create a child node of `parent` and run it to completion (launchers call this).
 
-        `branch` = (fork group id, branch index) marks a counterfactual branch.
+        `branch` = (fork group id, branch index) marks a counterfactual branch. `sampling` makes
+        the child and everything it launches sample with these settings (best-of-N candidates);
+        by default a child samples as its parent does.
         """
         child = self._new_node(goal, parent.node, budget)
         if branch is not None:
             child.fork_group_id, child.branch_index = branch
+        inherited = sampling or self._sampling.get(parent.node.id)
+        if inherited is not None:
+            self._sampling[child.id] = inherited
         self._launched.setdefault(parent.node.id, []).append(child.id)
         # A task of its own: the child's failures and cancellation stay in the child's record.
         await self._start(self._run_agent(child, make_env))
@@ -270,7 +277,7 @@ class Rollout:
             t0 = time.perf_counter()
             try:
                 completion = await asyncio.wait_for(
-                    self.policy(list(node.messages), self.config.sampling),
+                    self.policy(list(node.messages), self._sampling.get(node.id, self.config.sampling)),
                     timeout=self.config.policy_timeout_s,
                 )
             except TimeoutError:
