@@ -64,6 +64,13 @@ class Counter(StrEnum):
     """Completion tokens the judge answered with (cache hits cost none)."""
     VERIFIER_CALLS = "verifier_calls"
     """Programmatic verifier checks spent as training labels (free supervision)."""
+    # Best-of-N at test time
+    BEST_OF_GROUPS = "best_of_groups"
+    """Delegations resolved by best-of-N selection (each ran N candidates on copies of the world)."""
+    BEST_OF_CANDIDATES = "best_of_candidates"
+    """Candidate subtrees run by best-of-N selection (N per group, nested ones included)."""
+    BEST_OF_SKIPPED_CAP = "best_of_skipped_cap"
+    """Launches that ran as one plain child because the task's best-of-N fork cap was reached."""
     # Evaluation
     SANITIZED_STRINGS = "sanitized_strings"
     """Strings of a tree that had unsafe characters (lone surrogates, NUL, control bytes) escaped

@@ -213,7 +213,7 @@ class AgentNode(Record):
 
 
 class ForkBranch(Record):
-    """One counterfactual child run from a cloned state."""
+    """One child run from a cloned state: a counterfactual branch or a best-of-N candidate."""
 
     index: int
     """Branch number within the group (0 is the one committed by default)."""
@@ -232,7 +232,8 @@ class ForkBranch(Record):
 
 
 class ForkGroup(Record):
-    """B counterfactual children launched from one delegation point (rubric training)."""
+    """Children launched from one delegation point on copies of the world: B counterfactual
+    branches (rubric training) or N best-of-N candidates (test time, `kind="best_of"`)."""
 
     id: str
     """Unique within the tree."""
@@ -263,6 +264,15 @@ class ForkGroup(Record):
     merge_conflicts: int = 0
     """State keys that a concurrent sibling and the committed branch both changed (the branch's
     value was kept)."""
+    kind: Literal["counterfactual", "best_of"] = "counterfactual"
+    """`counterfactual`: rubric-training branches, each labelled, branch 0 committed; `best_of`:
+    test-time candidates, the selected one committed (`sera.launchers.best_of_n`)."""
+    selector: str | None = None
+    """best_of: what chose the committed candidate (`self`, `judge`, `first`, `random`)."""
+    selection: str | None = None
+    """best_of: why that candidate was committed (best score, a tie, no valid rubric, ...)."""
+    temperature: float | None = None
+    """best_of: the sampling temperature of the candidates and of every agent they launched."""
 
 
 class DelegationEvent(Record):
