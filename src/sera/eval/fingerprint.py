@@ -46,6 +46,9 @@ class RunFingerprint(Record):
     """Sampling settings of every call (`SamplingParams`, without the per-rollout seed)."""
     runtime: dict[str, Any]
     """Runtime budgets (`RuntimeConfig`, without sampling)."""
+    best_of: dict[str, Any] | None = None
+    """Best-of-N selection (`BestOf.record()`: n, selector, fork cap, candidate temperature);
+    None for a plain evaluation, so runs recorded before it existed still match."""
 
     @classmethod
     def of(
@@ -59,6 +62,7 @@ class RunFingerprint(Record):
         model: str | None = None,
         rules: str | None = None,
         seed: int = 0,
+        best_of: dict[str, Any] | None = None,
     ) -> RunFingerprint:
         """The fingerprint of a run with these settings (hashes `tasks_file` when given)."""
         sampling = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
@@ -68,6 +72,7 @@ class RunFingerprint(Record):
         return cls(
             env=env, source=source, tasks_file_sha256=file_sha256(tasks_file) if tasks_file else None,
             policy=policy, model=model, rules=rules, seed=seed, sampling=sampling, runtime=runtime,
+            best_of=json.loads(json.dumps(best_of)) if best_of is not None else None,
         )
 
     def differences(self, other: RunFingerprint) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -32,7 +33,7 @@ from sera.eval.store import (
 )
 from sera.eval.summary import EvalSummary, SampleKey, summarise
 from sera.runtime.config import RuntimeConfig
-from sera.runtime.delegation import EnvFactory
+from sera.runtime.delegation import EnvFactory, Launcher
 from sera.runtime.policy import Policy
 from sera.runtime.rollout import run_rollout
 from sera.types import RolloutTree, Task
@@ -84,6 +85,8 @@ async def evaluate(
     rules: str | None = None,
     fingerprint: RunFingerprint | None = None,
     lock: bool = True,
+    launcher: Callable[[int], Launcher] | None = None,
+    best_of: dict[str, Any] | None = None,
 ) -> EvalSummary:
     """Evaluate `policy` on `samples` rollouts of each of `tasks`, saving trees under `out_dir`;
     returns the summary.
@@ -92,13 +95,15 @@ async def evaluate(
     is recorded in `out_dir` and must match the one already there; `EvalSetupError` (one line)
     if `out_dir` is not a writable folder, holds the old layout or another run, or is in use.
     `lock=False` when the caller already holds `run_lock(out_dir)` (the CLI takes it before
-    loading a model).
+    loading a model). `launcher` builds a fresh launcher for one rollout from its seed (best-of-N
+    selection, `sera.launchers.best_of_n`; None: plain children); `best_of` is its settings
+    record (`BestOf.record()`), kept in the fingerprint and the summary.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     config = config or RuntimeConfig()
     fingerprint = fingerprint or RunFingerprint.of(
-        env=env_name, source=split, policy=policy_name, config=config, rules=rules, seed=seed
+        env=env_name, source=split, policy=policy_name, config=config, rules=rules, seed=seed, best_of=best_of
     )
     check_out_dir(out_dir)
     with run_lock(out_dir) if lock else nullcontext():
@@ -107,13 +112,14 @@ async def evaluate(
         write_fingerprint(out_dir, fingerprint)
         return await _run(tasks, policy, make_env, out_dir, env_name=env_name, split=split, policy_name=policy_name,
                           config=config, concurrency=concurrency, show_progress=show_progress, samples=samples,
-                          seed=seed, rules=rules)
+                          seed=seed, rules=rules, launcher=launcher, best_of=best_of)
 
 
 async def _run(
     tasks: list[Task], policy: Policy, make_env: Callable[[Task], EnvFactory], out_dir: Path, *, env_name: str,
     split: str, policy_name: str, config: RuntimeConfig, concurrency: int, show_progress: bool, samples: int,
-    seed: int, rules: str | None,
+    seed: int, rules: str | None, launcher: Callable[[int], Launcher] | None = None,
+    best_of: dict[str, Any] | None = None,
 ) -> EvalSummary:
     trees, failures = load_finished(out_dir, tasks, samples, seed)
     todo = [(t, k) for t in tasks for k in range(samples) if (t.id, k) not in trees]
@@ -135,7 +141,8 @@ async def _run(
             sample_config = replace(config, sampling=replace(config.sampling, seed=rollout_seed))
             async with gate:
                 try:
-                    tree = await run_rollout(task, policy, make_env(task), sample_config, seed=rollout_seed)
+                    tree = await run_rollout(task, policy, make_env(task), sample_config, seed=rollout_seed,
+                                             launcher=launcher(rollout_seed) if launcher else None)
                 except Exception as exc:  # recorded, counted as an error, never fatal to the run
                     failures[key] = failure("crashed", f"{type(exc).__name__}: {exc}")
                     _record_crash(error_file, traceback.format_exc())
@@ -160,7 +167,7 @@ async def _run(
 
     summary = summarise(
         tasks, trees, env=env_name, split=split, policy=policy_name, wall_time_s=time.perf_counter() - started,
-        failures=failures, samples=samples, seed=seed, rules=rules,
+        failures=failures, samples=samples, seed=seed, rules=rules, best_of=best_of,
     )
     write_atomically(out_dir / "summary.json", summary.model_dump_json(indent=2))
     return summary

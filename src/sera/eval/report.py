@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from sera.eval.best_of import describe as describe_best_of
 from sera.eval.summary import EvalSummary, GroupResult
 
 
@@ -25,6 +26,9 @@ def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
         console.print(f"{summary.samples} samples per task (base seed {summary.seed}); counts are per rollout")
     if summary.rules is not None:
         console.print(f"rules profile: {summary.rules}")
+    if summary.best_of is not None:
+        for line in describe_best_of(summary.best_of):
+            console.print(line, markup=False, highlight=False)
     if summary.sanitized_trees:
         strings = summary.counters.get("sanitized_strings", 0)
         console.print(f"{summary.sanitized_trees} trees had {strings} strings escaped to be saved as JSON")

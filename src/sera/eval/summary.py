@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from statistics import mean
+from typing import Any
 
 from pydantic import Field
 
 from sera.counters import Counter as UsageCounter
 from sera.counters import sum_counters
+from sera.eval.best_of import BestOfReport, best_of_report
 from sera.eval.failures import Failure
 from sera.text_safety import clean_text
 from sera.types import Record, RolloutTree, Task
@@ -105,6 +107,9 @@ class EvalSummary(Record):
     """Trees that had strings escaped to be saved as JSON (`sanitized_strings` counts the strings)."""
     failed: list[FailedRollout] = Field(default_factory=list)
     """Every error rollout, in task order."""
+    best_of: BestOfReport | None = None
+    """Best-of-N selection (`--best-of N`): its settings, groups and the compute it added; None
+    for a plain evaluation (N = 1)."""
 
 
 def summarise(
@@ -119,6 +124,7 @@ def summarise(
     samples: int = 1,
     seed: int | None = None,
     rules: str | None = None,
+    best_of: dict[str, Any] | None = None,
 ) -> EvalSummary:
     """Aggregate `samples` rollouts of each task; a rollout with no tree or with a failure counts
     as a failure (and an error)."""
@@ -161,6 +167,7 @@ def summarise(
         infra_failure_rate=infra / len(keys) if keys else 0.0,
         sanitized_trees=sum(1 for t in done if t.counters.get(UsageCounter.SANITIZED_STRINGS.value)),
         failed=failed,
+        best_of=best_of_report(best_of, done) if best_of is not None else None,
     )
 
 
