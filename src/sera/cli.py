@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -17,7 +17,9 @@ from sera.runtime.config import RuntimeConfig
 from sera.types import Task
 
 if TYPE_CHECKING:
+    from sera.launchers.best_of_n import BestOf
     from sera.policy.openai_http import HttpSettings
+    from sera.runtime.delegation import Launcher
 
 T = TypeVar("T")
 
@@ -77,6 +79,12 @@ def eval_command(
     total_timeout: Annotated[float | None, typer.Option(help="openai: seconds one call may take, retries included, before it fails as a timeout (default 300).")] = None,
     max_retries: Annotated[int | None, typer.Option(help="openai: retries of a call after a 5xx, a timeout or a dropped connection (default 5).")] = None,
     unsafe_sandbox: Annotated[bool, typer.Option("--unsafe-sandbox", help="Run model code even where the sandbox cannot isolate it fully.")] = False,
+    best_of: Annotated[int, typer.Option("--best-of", help="Best-of-N at test time: N candidate children per delegation, on copies of the world, the selected one committed (1: off; the paper uses 2).")] = 1,
+    selector: Annotated[str, typer.Option(help="--best-of: what selects a candidate: self (the policy's own rubric and score), judge (an external model's), first or random (controls).")] = "self",
+    max_forks: Annotated[int, typer.Option(min=0, help="--best-of: candidates one task may run, nested ones included; past it a launch runs as one child.")] = 32,
+    judge_url: Annotated[str | None, typer.Option(help="--selector judge: the external model's OpenAI-compatible URL.")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="--selector judge: the external model's served name.")] = None,
+    judge_api_key_env: Annotated[str, typer.Option(help="--selector judge: environment variable holding its API key.")] = "KIMI_API_KEY",
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Run a policy on a task set, save every rollout tree and print the results table.
@@ -107,11 +115,12 @@ def eval_command(
         max_tokens=spec.sampling.max_tokens if max_tokens is None else max_tokens,
     )
     config = RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling)
+    best = _best_of(best_of, selector, max_forks, policy, judge_url, judge_model)
     # The settings asked for (before fitting them to the model's context, which follows from the
     # model), so a mismatch is refused before a model is loaded.
     fingerprint = RunFingerprint.of(
         env=spec.name, source=selection.source, policy=policy, model=model, config=config,
-        tasks_file=tasks_file, rules=rules, seed=seed,
+        tasks_file=tasks_file, rules=rules, seed=seed, best_of=best.record() if best else None,
     )
     run_dir = new_run_dir(out, fingerprint) if new_run else out
     if run_dir != out:
@@ -130,12 +139,15 @@ def eval_command(
                 _fail(str(exc))
                 raise
             config = replace(config, sampling=fit_sampling(sampling, agent_policy))  # after the overrides
-            summary = asyncio.run(_closing(agent_policy, evaluate(
+            judge = _judge(best, judge_url, judge_api_key_env)
+            make_launcher = _best_of_launcher(best, agent_policy, judge)
+            summary = asyncio.run(_closing(judge, _closing(agent_policy, evaluate(
                 tasks, agent_policy, spec.root_env, run_dir,
                 env_name=spec.name, split=selection.source, policy_name=policy_name, config=config,
                 concurrency=concurrency, show_progress=progress, samples=samples, seed=seed, rules=rules,
                 fingerprint=fingerprint, lock=False,
-            )))
+                launcher=make_launcher, best_of=best.record() if best else None,
+            ))))
     except EvalSetupError as exc:
         _fail(str(exc))
         raise
@@ -150,6 +162,50 @@ def eval_command(
             markup=True, highlight=False,
         )
         raise typer.Exit(code=1)
+
+
+def _best_of(n: int, selector: str, max_forks: int, policy: str, judge_url: str | None, judge_model: str | None) -> BestOf | None:
+    """`--best-of` and its options as settings (None for N = 1); bad input is a one-line error."""
+    from sera.launchers.best_of_n import SELECTORS, BestOf
+
+    if n < 1:
+        _fail(f"--best-of must be at least 1 (1 evaluates without selection; the paper's best-of uses 2), got {n}")
+    if selector not in SELECTORS:
+        _fail(f"unknown --selector {selector!r}; known: {', '.join(SELECTORS)}")
+    if n == 1:
+        return None
+    if selector == "self" and policy == "oracle":
+        _fail("--best-of with --selector self needs a policy that writes and scores rubrics; the oracle is a "
+              "script with no model: use --policy hf or openai, or --selector judge, first or random")
+    if selector == "judge" and not (judge_url and judge_model):
+        _fail("--selector judge needs the external model's endpoint: --judge-url URL and --judge-model NAME")
+    if policy == "oracle":
+        console.print(f"note: the oracle is deterministic, so its {n} candidates per delegation are identical")
+    return BestOf(n=n, selector=selector, max_forks=max_forks, judge_model=judge_model if selector == "judge" else None)  # type: ignore[arg-type]
+
+
+def _judge(best: BestOf | None, url: str | None, api_key_env: str) -> object:
+    """The external model of `--selector judge` (greedy), or None."""
+    if best is None or best.selector != "judge":
+        return None
+    import os
+
+    from sera.judge import JudgeClient
+
+    assert url is not None and best.judge_model is not None  # checked by _best_of
+    return JudgeClient(url, best.judge_model, api_key=os.environ.get(api_key_env, "EMPTY"), temperature=0.0)
+
+
+def _best_of_launcher(best: BestOf | None, policy: object, judge: object) -> Callable[[int], Launcher] | None:
+    """A fresh best-of-N launcher per rollout (seeded by it), or None for plain children."""
+    if best is None:
+        return None
+    from sera.launchers.best_of_n import SCORE_SAMPLING, WRITE_SAMPLING, best_of_launcher
+    from sera.policy.factory import fit_sampling
+
+    write, score = fit_sampling(WRITE_SAMPLING, policy), fit_sampling(SCORE_SAMPLING, policy)  # type: ignore[arg-type]
+    return lambda seed: best_of_launcher(best, policy, judge=judge, seed=seed,  # type: ignore[arg-type]
+                                         write_sampling=write, score_sampling=score)
 
 
 def _http_settings(connect: float | None, request: float | None, total: float | None, retries: int | None) -> HttpSettings:
