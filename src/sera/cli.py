@@ -359,6 +359,30 @@ def train_command(
                     + (f" (stopped by {result.stopped_by})" if result.stopped_by else ""))
 
 
+@app.command("report")
+def report_command(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Evaluation or training run directories, or folders holding them (searched below).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: report.md, report.json, plots/*.png.")] = Path("report"),
+) -> None:
+    """Turn recorded runs into the paper's tables (success by difficulty, supervision, wall clock,
+    best-of-N) and plots, as DIR/report.md with DIR/report.json.
+
+    Inputs that cannot be used are named one per line and listed in the report; the rest still
+    renders. Exit status 1 when any input was not (fully) used, 2 when no run was usable.
+    """
+    from sera.reports.writer import build_report
+
+    report = build_report(run_dirs, out)
+    for problem in report.problems:
+        console.print(f"[yellow]problem:[/yellow] {problem.line()}", highlight=False)
+    Console().print(f"wrote {report.markdown} and {report.json.name} ({report.eval_runs} evaluation runs, "
+                    f"{report.train_runs} training runs, {len(report.plots)} plots, {len(report.problems)} problems)")
+    if not report.eval_runs and not report.train_runs:
+        _fail("no usable run found under " + ", ".join(str(p) for p in run_dirs))
+    if report.problems:
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     """Console entry point."""
     app()

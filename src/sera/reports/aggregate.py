@@ -7,13 +7,16 @@ Rules (docs/report.md):
   key a newer `run.json` adds) and per task selection (the task count of every band): runs that
   differ in anything but the seed are separate rows, labelled by the settings that differ.
 - **Repeats** are the runs of a row with different seeds; each band's rate, the overall rate and
-  the macro average are computed per run, then mean ± sample std (n − 1) over runs.
+  the headline are computed per run, then mean ± sample std (n − 1) over runs.
 - **Shards**: runs of a row with the same seed are parts of one run and are summed, provided
-  their tasks are disjoint (an overlapping one is left out, named). Runs that record a `shard`
-  and sit in one folder form a shard set; one run with another model than the rest is left out.
-- **Overall** is task-weighted (successes / rollouts, all bands). Environments with difficulty
-  bands of equal weight in the paper (TextWorld-Sync) also get the macro average of the band
-  rates (`MACRO_BANDS`), over the bands the run has.
+  their tasks are disjoint (an overlapping one is left out, named). Shards in one `shards/`
+  folder (`shard.json`) form a shard set: one whose model or other settings differ from the
+  rest of its set is left out, named, rather than becoming a partial row of its own.
+- **Overall** is the pooled rate (successes / rollouts, all bands). The **headline** is each
+  environment's rule (sera-spec §8.2, the same as `sera eval --runs`): TextCraft-Synth is
+  task-weighted with the validation set's band sizes 147/213/136/136 (on the full set exactly
+  the pooled rate; on a subset the bands present are reweighted to the full set's mix);
+  TextWorld-Sync is the four-band macro average. A band outside the rule makes it the pooled rate.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from typing import Any
 from sera.eval.summary import DIFFICULTY_ORDER, GroupResult
 from sera.reports.records import EvalRun, Problem
 
-MACRO_BANDS: dict[str, tuple[str, ...]] = {"textworld-sync": DIFFICULTY_ORDER}
-"""Environments reported with a macro average over these difficulty bands (sera-spec §8.2)."""
+HEADLINE: dict[str, tuple[str, dict[str, int]]] = {
+    "textcraft-synth": ("task-weighted", {"easy": 147, "medium": 213, "hard": 136, "extreme": 136}),
+    "textworld-sync": ("macro", {band: 1 for band in DIFFICULTY_ORDER}),
+}
+"""Environment -> (name of its headline rule, weight of each band), sera-spec §8.2 and §10."""
 LABEL_KEYS = frozenset({"policy", "model", "best_of"})
 """Settings already in a row's label (policy description, best-of N)."""
 
@@ -77,6 +83,8 @@ class SeedResult:
     """Wall-clock seconds (summed over shards: machine time, not the slowest shard's)."""
     mean_rollout_s: float
     """Mean seconds of one rollout."""
+    best_of: tuple[dict[str, Any], ...] = ()
+    """The summaries' best-of-N reports (one per directory summed), as recorded."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +107,12 @@ class Row:
     """Success rate per band."""
     overall: Stat
     """Task-weighted success rate."""
-    macro: Stat | None
-    """Macro average of the band rates (environments in `MACRO_BANDS`), else None."""
-    macro_bands: tuple[str, ...]
-    """The bands the macro average is over (fewer than four on a partial selection)."""
+    headline: Stat | None
+    """The environment's headline rate (`HEADLINE`); None for an environment without a rule."""
+    headline_rule: str | None
+    """Its rule: `task-weighted`, `macro`, or `pooled` when a band falls outside the rule."""
+    headline_bands: tuple[str, ...]
+    """The bands behind the headline (fewer than four on a partial selection)."""
     families: dict[str, Stat]
     """Success rate per task family."""
     counters: dict[str, Stat]
@@ -137,7 +147,7 @@ def build_tables(runs: list[EvalRun]) -> tuple[list[EvalTable], list[Problem]]:
     runs = _check_shard_sets(runs, problems)
     groups: dict[tuple[Any, ...], list[EvalRun]] = defaultdict(list)
     for run in runs:
-        groups[(run.env, run.source, tuple(sorted(run.settings.items(), key=lambda kv: kv[0])))].append(run)
+        groups[(run.env, run.source, _frozen(run.settings))].append(run)
     rows_by_table: dict[tuple[str, str], list[Row]] = defaultdict(list)
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for (env, source, _), members in groups.items():
@@ -160,24 +170,31 @@ def build_tables(runs: list[EvalRun]) -> tuple[list[EvalTable], list[Problem]]:
 
 
 def _check_shard_sets(runs: list[EvalRun], problems: list[Problem]) -> list[EvalRun]:
-    """Leave out a shard whose model differs from the rest of its shard set (majority kept)."""
+    """Leave out a shard whose settings (model first) differ from the rest of its shard set."""
     sets: dict[tuple[Any, ...], list[EvalRun]] = defaultdict(list)
     for run in runs:
         if run.shard is not None:
-            count = run.shard.rpartition("/")[2]
-            sets[(str(run.path.parent), run.env, run.source, run.seed, count)].append(run)
+            sets[(str(run.path.parent), run.env, run.source, run.seed, run.shard.rpartition("/")[2])].append(run)
     dropped: set[int] = set()
     for members in sets.values():
-        models = Counter((r.model, r.policy) for r in members)
-        if len(models) < 2:
+        kinds = Counter(_frozen(r.settings) for r in members)
+        if len(kinds) < 2:
             continue
-        (keep, _), = models.most_common(1)
+        keep = dict(kinds.most_common(1)[0][0])
         for run in members:
-            if (run.model, run.policy) != keep:
-                dropped.add(id(run))
-                problems.append(Problem(str(run.path / "run.json"), f"shard {run.shard} was run with model {run.model or run.policy!r}, "
-                                        f"the rest of its shard set in {run.path.parent} with {keep[0] or keep[1]!r}; left out"))
+            differs = sorted(k for k in keep.keys() | run.settings.keys() if keep.get(k) != run.settings.get(k))
+            if not differs:
+                continue
+            dropped.add(id(run))
+            first = "model" if "model" in differs else differs[0]
+            problems.append(Problem(str(run.path / "run.json"), f"shard {run.shard} has {first} {_text(run.settings.get(first))!r} but the rest "
+                                    f"of its shard set in {run.path.parent} has {_text(keep.get(first))!r}"
+                                    + (f" (and differs in {len(differs) - 1} more settings)" if len(differs) > 1 else "") + "; left out"))
     return [r for r in runs if id(r) not in dropped]
+
+
+def _frozen(settings: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(settings.items(), key=lambda kv: kv[0]))
 
 
 def _by_seed(members: list[EvalRun], problems: list[Problem]) -> list[SeedResult]:
@@ -213,6 +230,7 @@ def _merge(seed: int | None, runs: list[EvalRun]) -> SeedResult:
         counters=dict(sorted(counters.items())),
         wall_time_s=sum(s.wall_time_s for s in summaries),
         mean_rollout_s=sum(s.mean_rollout_s * s.overall.tasks for s in summaries) / rollouts if rollouts else 0.0,
+        best_of=tuple(r.best_of_record for r in runs if r.best_of_record is not None),
     )
 
 
@@ -224,8 +242,9 @@ def _sum(groups: list[GroupResult]) -> GroupResult:
 def _row(env: str, first: EvalRun, results: list[SeedResult], tag: bool) -> Row:
     bands = sorted({b for r in results for b in r.bands}, key=_band_key)
     families = list(dict.fromkeys(f for r in results for f in r.families))
-    macro_of = MACRO_BANDS.get(env)
-    macro_bands = tuple(b for b in bands if macro_of and b in macro_of)
+    rule, weights = HEADLINE.get(env, (None, {}))
+    if rule is not None and any(b not in weights for b in bands):
+        rule, weights = "pooled", {}
     names = sorted({n for r in results for n in r.counters})
     tasks = results[0].overall.tasks
     return Row(
@@ -233,12 +252,20 @@ def _row(env: str, first: EvalRun, results: list[SeedResult], tag: bool) -> Row:
         best_of=first.best_of, settings=dict(first.settings), runs=tuple(results),
         bands={b: Stat.of([r.bands[b].success_rate for r in results if b in r.bands]) for b in bands},
         overall=Stat.of([r.overall.success_rate for r in results]),
-        macro=Stat.of([statistics.fmean(r.bands[b].success_rate for b in macro_bands) for r in results]) if macro_bands else None,
-        macro_bands=macro_bands,
+        headline=Stat.of([_headline(r, weights) for r in results]) if rule else None,
+        headline_rule=rule, headline_bands=tuple(b for b in bands if rule),
         families={f: Stat.of([r.families[f].success_rate for r in results if f in r.families]) for f in families},
         counters={n: Stat.of([float(r.counters.get(n, 0)) for r in results]) for n in names},
         wall_time=Stat.of([r.wall_time_s for r in results]), tasks=tasks,
     )
+
+
+def _headline(result: SeedResult, weights: dict[str, int]) -> float:
+    """Σ w_b · rate_b / Σ w_b over the run's bands; the pooled rate without weights."""
+    if not weights:
+        return result.overall.success_rate
+    total = sum(weights[b] for b in result.bands)
+    return sum(weights[b] * g.success_rate for b, g in result.bands.items()) / total
 
 
 def _label(rows: list[Row]) -> list[Row]:

@@ -40,14 +40,17 @@ class BestOfComparison:
     """Task-weighted success of the best-of row."""
     baseline_success: Stat | None
     """The same for the N = 1 row."""
-    macro: Stat | None
-    """Macro average of the best-of row (where the environment has one)."""
-    baseline_macro: Stat | None
+    headline: Stat | None
+    """The environment's headline rate of the best-of row (`aggregate.HEADLINE`), if it has one."""
+    baseline_headline: Stat | None
     """The same for the N = 1 row."""
     differs: tuple[str, ...]
     """Settings (besides best_of) in which the two rows differ."""
     compute: dict[str, tuple[float | None, float]]
     """Per rollout: (N = 1, best-of N) for each `COMPUTE` column."""
+    selection: dict[str, float]
+    """Numbers of the summaries' own best-of reports (`extra_calls_ratio`, `candidates`, ...),
+    mean over the row's runs; empty when the summaries have none."""
 
 
 def compare_best_of(tables: list[EvalTable]) -> list[BestOfComparison]:
@@ -61,10 +64,11 @@ def compare_best_of(tables: list[EvalTable]) -> list[BestOfComparison]:
             out.append(BestOfComparison(
                 env=table.env, source=table.source, label=row.label, n=row.best_of,
                 baseline=base.label if base else None, success=row.overall,
-                baseline_success=base.overall if base else None, macro=row.macro,
-                baseline_macro=base.macro if base else None,
+                baseline_success=base.overall if base else None, headline=row.headline,
+                baseline_headline=base.headline if base else None,
                 differs=tuple(_differs(base, row)) if base else (),
                 compute={name: (per_rollout(base, names) if base else None, per_rollout(row, names)) for name, names in COMPUTE.items()},
+                selection=_selection(row),
             ))
     return out
 
@@ -76,5 +80,16 @@ def per_rollout(row: Row, names: tuple[str, ...]) -> float:
 
 
 def _differs(a: Row, b: Row) -> list[str]:
-    keys = (a.settings.keys() | b.settings.keys()) - {"best_of"}
+    keys = {k for k in a.settings.keys() | b.settings.keys() if k != "best_of" and not k.startswith("best_of.")}
     return sorted(k for k in keys if a.settings.get(k) != b.settings.get(k))
+
+
+def _selection(row: Row) -> dict[str, float]:
+    """Top-level numbers of the recorded best-of reports, mean over the row's runs."""
+    records = [record for run in row.runs for record in run.best_of]
+    names = sorted({k for r in records for k, v in r.items() if _number(v)})
+    return {n: sum(float(r.get(n, 0)) for r in records) / len(records) for n in names}
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

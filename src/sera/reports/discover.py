@@ -5,7 +5,9 @@ and an **evaluation run** when it holds `run.json`, `summary.json` or a `rollout
 tree (`sera eval`). Every path is searched below, so a folder of many runs, or one written by
 `sera eval --runs N` / `--shard i/n` (one ordinary run directory per seed or shard), is accepted
 as it is. An evaluation directory with evaluation runs below it is a container: its own files
-(an aggregate, say) are not read, the runs below are, so nothing is counted twice.
+(the `--runs` mean ± std, say) are not read, the runs below are, so nothing is counted twice;
+except a merged run (its own `summary.json`, runs below only in `shards/`), which is read
+instead of its shards.
 `rollouts/` and `checkpoints/` folders are never searched (they hold no runs, and can be huge).
 """
 
@@ -22,6 +24,8 @@ EVAL_MARKERS = ("run.json", "summary.json")
 """Files that make a directory an evaluation run."""
 NOT_SEARCHED = frozenset({"rollouts", "checkpoints"})
 """Folders that are never searched for runs."""
+SHARDS = "shards"
+"""Folder of a run's shards (`sera eval --shard i/n`: `<RUN>/shards/<i>-of-<n>/`)."""
 
 
 @dataclass
@@ -67,25 +71,30 @@ def kind_of(directory: Path) -> str | None:
     return None
 
 
-def _visit(directory: Path, found: Found, seen: set[Path]) -> bool:
-    """Add the runs at and below `directory`; True when an evaluation run was found at or below it."""
+def _visit(directory: Path, found: Found, seen: set[Path]) -> list[Path]:
+    """Add the runs at and below `directory`; returns the evaluation runs found at or below it."""
     key = directory.resolve()
     if key in seen:
-        return False
+        return []
     seen.add(key)
     kind = kind_of(directory)
-    evals_below = False
+    below: list[Path] = []
     for child in _subdirs(directory):
-        evals_below |= _visit(child, found, seen)
+        below += _visit(child, found, seen)
     if kind == "train":
         found.trains.append(directory)
+    elif kind == "eval" and not below:
+        found.evals.append(directory)
+        return [directory]
+    elif kind == "eval" and (directory / "summary.json").is_file() and all(SHARDS in p.relative_to(directory).parts[:1] for p in below):
+        # A merged run (`sera eval --merge`) beside its shards: the merge checked them, read it alone.
+        found.evals[:] = [p for p in found.evals if p not in below]
+        found.evals.append(directory)
+        found.notes.append(f"{directory}: a merged run; its {len(below)} shards under {SHARDS}/ were not read again")
+        return [directory]
     elif kind == "eval":
-        if evals_below:
-            found.notes.append(f"{directory}: holds evaluation runs below it; its own files were not read (the runs below were)")
-        else:
-            found.evals.append(directory)
-            return True
-    return evals_below
+        found.notes.append(f"{directory}: holds evaluation runs below it; its own files were not read (the runs below were)")
+    return below
 
 
 def _subdirs(directory: Path) -> list[Path]:

@@ -52,15 +52,18 @@ def load_eval(directory: Path) -> tuple[EvalRun | None, list[Problem]]:
     if run.get("env") != summary.env or run.get("source") != summary.split:
         problems.append(Problem(str(directory / "summary.json"), f"is for {summary.env}/{summary.split} but run.json says {run.get('env')}/{run.get('source')}; left out"))
         return None, problems
-    best_of = _best_of(run.get("best_of", extras.get("best_of")), directory, problems)
+    best_of = _best_of(run.get("best_of") or (raw_summary or {}).get("best_of"), directory, problems)
     settings = flatten({k: v for k, v in run.items() if k not in IDENTITY_KEYS})
     settings["best_of"] = best_of
     seed = run.get("seed", summary.seed)
+    shard_record = _read_json(directory / "shard.json", problems) if (directory / "shard.json").is_file() else None
+    shard = _shard(shard_record if shard_record is not None else run.get("shard", extras.get("shard")))
+    selection = (raw_summary or {}).get("best_of")
     return EvalRun(
         path=directory, env=summary.env, source=summary.split, policy=summary.policy, model=run.get("model"),
-        seed=seed if isinstance(seed, int) else None, best_of=best_of,
-        shard=_shard(run.get("shard", extras.get("shard"))), settings=settings, summary=summary,
-        recomputed=recomputed, task_dirs=frozenset(task_dirs),
+        seed=seed if isinstance(seed, int) else None, best_of=best_of, shard=shard, settings=settings,
+        summary=summary, recomputed=recomputed, task_dirs=frozenset(task_dirs),
+        best_of_record=selection if isinstance(selection, dict) else None,
     ), problems
 
 
@@ -105,7 +108,10 @@ def _task_dirs(directory: Path) -> list[str]:
 
 
 def _best_of(value: Any, directory: Path, problems: list[Problem]) -> int:
-    """N of best-of-N: an int, or a mapping with `n`; absent means 1."""
+    """N of best-of-N: an int, a mapping with `n` (`BestOf.record()`), or a summary's report with
+    `settings.n`; absent means 1."""
+    if isinstance(value, dict) and isinstance(value.get("settings"), dict):
+        value = value["settings"]
     if isinstance(value, dict):
         value = value.get("n", value.get("N"))
     if value is None:

@@ -1,6 +1,6 @@
 """PNG plots of the report (matplotlib, Agg backend: no display needed).
 
-- `success_plot`: success by difficulty (and overall, macro) of one table, one bar per method,
+- `success_plot`: success by difficulty (and overall, headline) of one table, one bar per method,
   error bars the std over seeds.
 - `curves_plot`: learning curves of the training runs of one environment: root success and loss
   per step, one line per run; skipped steps (no update) are marked with crosses.
@@ -23,13 +23,14 @@ from sera.reports.train_stats import Curve  # noqa: E402
 
 def success_plot(table: EvalTable, path: Path) -> Path:
     """Grouped bars of success (%) per band for each row of `table`; returns `path`."""
-    groups = [*table.bands, "overall"] + (["macro"] if any(r.macro is not None for r in table.rows) else [])
+    rules = sorted({r.headline_rule for r in table.rows if r.headline_rule})
+    groups = [*table.bands, "overall"] + ([f"headline ({'/'.join(rules)})"] if rules else [])
     width = 0.8 / max(1, len(table.rows))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 0.4 * len(table.rows)), 4.0))
     for i, row in enumerate(table.rows):
         stats: list[Stat | None] = [row.bands.get(b) for b in table.bands] + [row.overall]
-        if "macro" in groups:
-            stats.append(row.macro)
+        if rules:
+            stats.append(row.headline)
         means = [100 * s.mean if s and s.mean is not None else 0.0 for s in stats]
         errors = [100 * s.std if s and s.std is not None else 0.0 for s in stats]
         xs = [g + (i - (len(table.rows) - 1) / 2) * width for g in range(len(groups))]

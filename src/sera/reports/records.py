@@ -43,7 +43,8 @@ class EvalRun:
     best_of: int
     """Candidates per delegation at test time (`best_of` in run.json / summary.json; absent: 1)."""
     shard: str | None
-    """The shard this directory holds (`shard` in run.json / summary.json), None when unsharded."""
+    """The shard this directory holds, `i/n` (`shard.json`, or a `shard` key of run.json /
+    summary.json); None when unsharded."""
     settings: dict[str, Any]
     """Every recorded setting the results depend on, flat (`sampling.temperature`, ...), seed and
     shard left out: two runs are comparable only when these are equal."""
@@ -53,6 +54,8 @@ class EvalRun:
     """True when `summary` was recomputed from the trees."""
     task_dirs: frozenset[str] = frozenset()
     """Names of the task folders under `rollouts/` (to find shards that overlap)."""
+    best_of_record: dict[str, Any] | None = None
+    """The summary's best-of-N report as recorded (groups, candidates, extra compute), if any."""
 
 
 @dataclass(frozen=True)

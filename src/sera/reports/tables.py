@@ -14,6 +14,8 @@ SUPERVISION = ("verifier_calls", "judge_calls", "judge_prompt_tokens", "judge_co
 """External supervision counters (sera-spec §9): programmatic verifier labels, judge calls and tokens."""
 SELF_EVAL = ("rubric_calls", "score_calls")
 """The policy's own rubric writing and scoring calls (SERA's replacement for a judge)."""
+SELECTION_SHOWN = ("groups", "candidates", "skipped_cap", "extra_calls_ratio", "extra_tokens_ratio")
+"""Numbers of a summary's best-of report shown in Table 4 (all are in report.json)."""
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -47,14 +49,15 @@ def stat_num(stat: Stat | None) -> str:
 
 def table1(table: EvalTable) -> str:
     """Success by difficulty and overall, one row per method."""
-    macro = any(r.macro is not None for r in table.rows)
-    headers = ["method", "runs (seeds)", "tasks", *table.bands, "overall"] + (["macro"] if macro else [])
+    rules = sorted({r.headline_rule for r in table.rows if r.headline_rule})
+    headers = ["method", "runs (seeds)", "tasks", *table.bands, "overall"] + ([f"headline ({' / '.join(rules)})"] if rules else [])
     rows = []
     for r in table.rows:
         cells = [r.label, f"{len(r.runs)} ({', '.join(str(s.seed) for s in r.runs)})", str(r.tasks),
                  *(pct(r.bands.get(b)) for b in table.bands), pct(r.overall)]
-        if macro:
-            cells.append(pct(r.macro) + ("" if len(r.macro_bands) == 4 else f" ({len(r.macro_bands)}/4 bands)"))
+        if rules:
+            partial = r.headline_rule in ("task-weighted", "macro") and len(r.headline_bands) < 4
+            cells.append(pct(r.headline) + (f" ({len(r.headline_bands)}/4 bands)" if partial else ""))
         rows.append(cells)
     return markdown_table(headers, rows)
 
@@ -82,16 +85,18 @@ def table2(tables: list[EvalTable], train: list[tuple[str, TrainRun]]) -> str:
 
 def table4(comparisons: list[BestOfComparison]) -> str:
     """Best-of-N against N = 1, with the compute per rollout (N = 1 → N, ×ratio)."""
-    headers = ["method", "N = 1", "best-of-N", "Δ (points)", "macro N = 1 → N", *(f"{c} / rollout" for c in COMPUTE), "differs in"]
+    headers = ["method", "N = 1", "best-of-N", "Δ (points)", "headline N = 1 → N", *(f"{c} / rollout" for c in COMPUTE),
+               "recorded by the selection", "differs in"]
     rows = []
     for c in comparisons:
         delta = None
         if c.baseline_success and c.baseline_success.mean is not None and c.success.mean is not None:
             delta = 100 * (c.success.mean - c.baseline_success.mean)
         compute = [f"{num(b, 2)} → {num(n, 2)}" + (f" (×{n / b:.2f})" if b else "") for b, n in c.compute.values()]
-        macro = f"{pct(c.baseline_macro)} → {pct(c.macro)}" if c.macro is not None else "—"
+        headline = f"{pct(c.baseline_headline)} → {pct(c.headline)}" if c.headline is not None else "—"
+        recorded = ", ".join(f"{k} {num(v, 2)}" for k, v in c.selection.items() if k in SELECTION_SHOWN) or "—"
         rows.append([f"{c.label} ({c.env}/{c.source})", pct(c.baseline_success) if c.baseline else "no N = 1 run",
-                     pct(c.success), "—" if delta is None else f"{delta:+.2f}", macro, *compute, ", ".join(c.differs) or "—"])
+                     pct(c.success), "—" if delta is None else f"{delta:+.2f}", headline, *compute, recorded, ", ".join(c.differs) or "—"])
     return markdown_table(headers, rows)
 
 

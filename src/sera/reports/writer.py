@@ -116,7 +116,8 @@ def _markdown(eval_tables: list[EvalTable], success_pngs: list[Path | None], com
         parts += ["Notes:", "", *(f"- {n}" for n in all_notes), ""]
     if eval_tables:
         parts += ["## Table 1: success by difficulty (%)", "",
-                  "Mean ± sample std over runs with different seeds; overall is task-weighted; macro is the mean of the band rates.", ""]
+                  "Mean ± sample std over runs with different seeds. Overall: successes / rollouts. Headline: TextCraft-Synth "
+                  "task-weighted with the full set's band sizes 147/213/136/136, TextWorld-Sync the mean of the four band rates.", ""]
         for table, png in zip(eval_tables, success_pngs):
             parts += [f"### {table.env} / {table.source}", "", tables.table1(table), ""]
             if table.families:
