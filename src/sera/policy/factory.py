@@ -17,6 +17,7 @@ from sera.runtime.policy import Policy, SamplingParams
 from sera.types import Task
 
 if TYPE_CHECKING:
+    from sera.policy.checkpoint_model import CheckpointSource
     from sera.policy.openai_http import HttpSettings
 
 POLICY_KINDS = ("oracle", "hf", "openai")
@@ -40,6 +41,9 @@ class PolicyRequest:
     """Weights dtype of an in-process model (`float32`, `bfloat16`)."""
     http: HttpSettings | None = None
     """Timeouts and retries of `openai` calls (None: `HttpSettings()`'s defaults)."""
+    checkpoint: CheckpointSource | None = None
+    """hf: the trained weights `model` names (`sera.policy.checkpoint_model.resolve`, done once
+    by the caller so the checkpoint is validated once); None: `model` is a plain model."""
 
 
 def build_policy(
@@ -54,6 +58,10 @@ def build_policy(
         from sera.policy.transformers_sampler import TransformersSampler
 
         model = request.model or "smollm2"
+        if request.checkpoint is not None:
+            from sera.policy.checkpoint_model import load_sampler
+
+            return load_sampler(request.checkpoint, dtype=request.dtype, device=request.device), f"hf:{model}"
         sampler = TransformersSampler.load(model, dtype=request.dtype, device=request.device)
         return sampler, f"hf:{model}"
     if not request.base_url:
