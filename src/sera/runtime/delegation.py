@@ -11,7 +11,8 @@ parent at that moment (its messages and the reply being executed) and passes the
 - `PlainLauncher` (here) runs the child on the shared world (evaluation, RAO, the delegation
   stage);
 - the training launchers in `sera.launchers` write a frozen rubric alongside the child (SERA
-  execution) or run B counterfactual children on copies of the world (rubric training).
+  execution) or run B counterfactual children on copies of the world (rubric training);
+- `sera.launchers.best_of_n` runs N candidates on copies at test time and commits the best.
 
 Environments never know which launcher runs; launchers never know which environment it is.
 """
