@@ -38,6 +38,9 @@ class RunFingerprint(Record):
     """Policy description (`oracle`, `hf:<model>`, `openai:<model>`)."""
     model: str | None = None
     """Model name or path, when the policy has one."""
+    model_weights: str | None = None
+    """For a `sera train` checkpoint given as `--model`: the checkpoint loaded and its weights'
+    sha256 (`step_000124 learner.pt sha256:...`), so a newer checkpoint is another run."""
     rules: str | None = None
     """Rules profile asked for (TextWorld-Sync); None: each task's own."""
     seed: int = 0
@@ -46,6 +49,10 @@ class RunFingerprint(Record):
     """Sampling settings of every call (`SamplingParams`, without the per-rollout seed)."""
     runtime: dict[str, Any]
     """Runtime budgets (`RuntimeConfig`, without sampling)."""
+    protocol: str | None = None
+    """The evaluation protocol asked for (`--protocol`, `sera.eval.protocol`); None: plain defaults."""
+    context_tokens: int | None = None
+    """The protocol's context (prompt + completion fit in it); None without a protocol."""
     best_of: dict[str, Any] | None = None
     """Best-of-N selection (`BestOf.record()`: n, selector, fork cap, candidate temperature);
     None for a plain evaluation, so runs recorded before it existed still match."""
@@ -63,6 +70,9 @@ class RunFingerprint(Record):
         rules: str | None = None,
         seed: int = 0,
         best_of: dict[str, Any] | None = None,
+        protocol: str | None = None,
+        context_tokens: int | None = None,
+        model_weights: str | None = None,
     ) -> RunFingerprint:
         """The fingerprint of a run with these settings (hashes `tasks_file` when given)."""
         sampling = {k: v for k, v in dataclasses.asdict(config.sampling).items() if k != "seed"}
@@ -72,6 +82,7 @@ class RunFingerprint(Record):
         return cls(
             env=env, source=source, tasks_file_sha256=file_sha256(tasks_file) if tasks_file else None,
             policy=policy, model=model, rules=rules, seed=seed, sampling=sampling, runtime=runtime,
+            protocol=protocol, context_tokens=context_tokens, model_weights=model_weights,
             best_of=json.loads(json.dumps(best_of)) if best_of is not None else None,
         )
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from sera.eval.best_of import describe as describe_best_of
 from sera.eval.summary import EvalSummary, GroupResult
+
+if TYPE_CHECKING:
+    from sera.eval.aggregate import RunsSummary, Stat
 
 
 def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
@@ -53,4 +58,32 @@ def _table(title: str, key: str, rows: list[tuple[str, GroupResult]]) -> Table:
         table.add_column(column, justify="left" if column == key else "right")
     for name, group in rows:
         table.add_row(name, str(group.tasks), str(group.successes), f"{100 * group.success_rate:.2f}%", str(group.errors))
+    return table
+
+
+def print_runs_summary(runs: RunsSummary, console: Console | None = None) -> None:
+    """Mean ± std over the runs of a `--runs` evaluation: the headline, per difficulty and
+    overall, per family; then one line per run."""
+    console = console or Console()
+    title = f"{runs.env} / {runs.split} / {runs.policy} / {len(runs.runs)} runs"
+    rows = [*runs.by_difficulty.items(), ("overall (pooled)", runs.overall), ("headline", runs.headline)]
+    console.print(_stat_table(title, "difficulty", rows, len(runs.runs)))
+    console.print(f"headline: {runs.headline_rule}", markup=False, highlight=False)
+    if runs.by_family:
+        console.print(_stat_table(f"{title} by family", "family", list(runs.by_family.items()), len(runs.runs)))
+    for entry in runs.runs:
+        console.print(
+            f"  {entry.dir}: seed {entry.seed}, headline {100 * entry.headline:.2f}%, pooled {100 * entry.overall:.2f}%, "
+            f"{entry.errors} errors, {entry.wall_time_s:.1f} s", markup=False, highlight=False,
+        )
+
+
+def _stat_table(title: str, key: str, rows: list[tuple[str, Stat]], n_runs: int) -> Table:
+    table = Table(title=title)
+    columns = (key, "tasks", "mean", "std", *(f"r{i}" for i in range(n_runs)))
+    for column in columns:
+        table.add_column(column, justify="left" if column == key else "right")
+    for name, stat in rows:
+        table.add_row(name, str(stat.tasks), f"{100 * stat.mean:.2f}%", f"{100 * stat.std:.2f}",
+                      *(f"{100 * v:.2f}%" for v in stat.values))
     return table
