@@ -265,7 +265,7 @@
     var chips = el("span", "chips");
     add(chips, chip(n.steps.length + "/" + n.budget + " steps"),
       chip(tokens(n.prompt_tokens + n.completion_tokens) + " tok", null, "prompt " + n.prompt_tokens + " + completion " + n.completion_tokens + " (rubric calls: " + n.call_tokens + ")"),
-      chip(seconds(n.wall_s), null, "wall time (policy " + seconds(n.policy_s) + ", actions " + seconds(n.env_s) + ")"));
+      n.wall_s === null ? null : chip(seconds(n.wall_s), null, "wall time (policy " + seconds(n.policy_s) + ", actions " + seconds(n.env_s) + ")"));
     if (n.assessment && n.assessment.score !== null) chips.appendChild(chip("rubric " + score(n.assessment.score), "score", "rubric score (gate " + (n.assessment.gate === null ? "unknown" : n.assessment.gate ? "passed" : "failed") + ")"));
     if (n.group_id !== null) {
       chips.appendChild(n.committed
