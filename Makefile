@@ -11,6 +11,7 @@ export HF_HUB_OFFLINE := 1
 .PHONY: setup run oracle test bench vllm-setup test-vllm bench-vllm clean
 
 setup: $(VENV)/.installed
+	@bash scripts/ensure_chromium.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
