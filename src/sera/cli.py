@@ -13,11 +13,12 @@ from rich.console import Console
 
 from sera.envs.registry import EnvSpec, env_names, get_env
 from sera.envs.selection import TaskSelection, select_tasks
-from sera.runtime.config import RuntimeConfig
 from sera.types import Task
 
 if TYPE_CHECKING:
+    from sera.eval.shards import ShardSpec
     from sera.launchers.best_of_n import BestOf
+    from sera.policy.checkpoint_model import CheckpointSource
     from sera.policy.openai_http import HttpSettings
     from sera.runtime.delegation import Launcher
 
@@ -67,12 +68,17 @@ def eval_command(
     task_id: Annotated[list[str] | None, typer.Option("--task-id", help="Only these task ids (repeatable).")] = None,
     tasks_file: Annotated[Path | None, typer.Option(help="Read tasks from this file instead of the split.")] = None,
     rules: Annotated[str | None, typer.Option(help="textworld-sync: rules profile, sync or reference (default: each split's or file's own).")] = None,
-    samples: Annotated[int, typer.Option(min=1, help="Rollouts per task, each with its own seed (best-of-N, pass@k).")] = 1,
+    samples: Annotated[int | None, typer.Option(min=1, help="Rollouts per task, each with its own seed (pass@k) (default 1).")] = None,
     seed: Annotated[int, typer.Option(help="Base seed; rollout k of a task gets a seed derived from it, the task id and k.")] = 0,
     new_run: Annotated[bool, typer.Option("--new-run", help="If --out holds a run with other settings, write to OUT.2 (OUT.3, ...) instead of refusing.")] = False,
+    protocol: Annotated[str | None, typer.Option(help="Evaluation protocol: paper (temperature 0, one trajectory, 20 calls, depth 3, the environment's context caps); explicit flags override it.")] = None,
+    runs: Annotated[int | None, typer.Option(help="Repeat the evaluation N times with seeds --seed, --seed+1, ...: OUT/runs/r<i>/, mean ± std in OUT/summary.json.")] = None,
+    shard: Annotated[str | None, typer.Option(help="i/n: evaluate only shard i (from 0) of n of the selected tasks, into OUT/shards/<i>-of-<n>/; combine with --merge.")] = None,
+    merge: Annotated[bool, typer.Option("--merge", help="Merge the finished shards under --out (and --merge-from) into --out; runs nothing.")] = False,
+    merge_from: Annotated[list[Path] | None, typer.Option("--merge-from", help="--merge: another --out folder holding shards (repeatable), e.g. from another machine.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
-    max_calls: Annotated[int, typer.Option(min=1, help="Policy calls per agent.")] = 20,
-    max_depth: Annotated[int, typer.Option(min=0, help="Maximum delegation depth.")] = 3,
+    max_calls: Annotated[int | None, typer.Option(min=1, help="Policy calls per agent (default 20).")] = None,
+    max_depth: Annotated[int | None, typer.Option(min=0, help="Maximum delegation depth (default 3).")] = None,
     max_infra_failures: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit with status 1 when more than this share of rollouts failed for infrastructure reasons.")] = 0.1,
     connect_timeout: Annotated[float | None, typer.Option(help="openai: seconds to wait for a connection (default 10).")] = None,
     request_timeout: Annotated[float | None, typer.Option(help="openai: seconds to wait for one reply before retrying (default 180).")] = None,
@@ -92,47 +98,58 @@ def eval_command(
     A rerun with the same --out and settings resumes: finished rollouts are kept, crashed ones and
     those that failed for infrastructure reasons (server down, 5xx, timeouts) are run again.
     """
+    from contextlib import ExitStack
+
     from sera.eval.errors import EvalSetupError
     from sera.eval.fingerprint import RunFingerprint
     from sera.eval.harness import evaluate
-    from sera.eval.lock import run_lock
-    from sera.eval.report import print_summary
-    from sera.eval.store import check_fingerprint, check_layout, check_out_dir, new_run_dir
+    from sera.eval.protocol import ProtocolError, resolve_settings
+    from sera.eval.report import print_slots
+    from sera.eval.runs import evaluate_slots, open_slots, plan_slots, write_runs_summary
+    from sera.eval.store import check_out_dir, new_run_dir
     from sera.policy.factory import PolicyRequest, build_policy, fit_sampling
 
     try:
         check_out_dir(out)  # before any work: a bad --out is a one-line error, not a lost run
     except EvalSetupError as exc:
         _fail(str(exc))
+    if merge:
+        _merge(out, merge_from or [])
+        return
+    shard_spec = _shard(shard, runs, new_run)
     spec = _env(env)
     selection = TaskSelection(split, tasks_file, tuple(task_id or ()), difficulty, limit, rules)
     tasks = _select(spec, selection)
     http = _http_settings(connect_timeout, request_timeout, total_timeout, max_retries) if policy == "openai" else None
     _sandbox(unsafe_sandbox)
-    sampling = replace(
-        spec.sampling,
-        temperature=spec.sampling.temperature if temperature is None else temperature,
-        max_tokens=spec.sampling.max_tokens if max_tokens is None else max_tokens,
-    )
-    config = RuntimeConfig(max_calls_per_agent=max_calls, max_depth=max_depth, sampling=sampling)
+    try:
+        settings = resolve_settings(protocol, spec.name, spec.sampling, temperature=temperature, max_tokens=max_tokens,
+                                    max_calls=max_calls, max_depth=max_depth, samples=samples)
+    except ProtocolError as exc:
+        _fail(str(exc))
+        raise
+    config, sampling, samples = settings.config, settings.config.sampling, settings.samples
+    checkpoint = _checkpoint(model) if policy == "hf" and model else None
     best = _best_of(best_of, selector, max_forks, policy, judge_url, judge_model)
     # The settings asked for (before fitting them to the model's context, which follows from the
     # model), so a mismatch is refused before a model is loaded.
     fingerprint = RunFingerprint.of(
         env=spec.name, source=selection.source, policy=policy, model=model, config=config,
         tasks_file=tasks_file, rules=rules, seed=seed, best_of=best.record() if best else None,
+        protocol=settings.protocol, context_tokens=settings.context_tokens,
+        model_weights=checkpoint.identity if checkpoint else None,
     )
     run_dir = new_run_dir(out, fingerprint) if new_run else out
     if run_dir != out:
         console.print(f"{out} holds another run; writing to {run_dir}")
     try:
-        check_out_dir(run_dir)
-        with run_lock(run_dir):
-            check_layout(run_dir)
-            check_fingerprint(run_dir, fingerprint)
+        slots = plan_slots(run_dir, tasks, fingerprint, samples=samples, runs=runs, shard=shard_spec)
+        with ExitStack() as held:
+            open_slots(slots, held)  # every folder locked and checked before a model is loaded
             try:
                 agent_policy, policy_name = build_policy(
-                    PolicyRequest(kind=policy, model=model, base_url=base_url, device=device, dtype=dtype, http=http),
+                    PolicyRequest(kind=policy, model=model, base_url=base_url, device=device, dtype=dtype, http=http,
+                                  checkpoint=checkpoint),
                     spec.oracle, tasks,
                 )
             except (ValueError, OSError) as exc:
@@ -141,27 +158,78 @@ def eval_command(
             config = replace(config, sampling=fit_sampling(sampling, agent_policy))  # after the overrides
             judge = _judge(best, judge_url, judge_api_key_env)
             make_launcher = _best_of_launcher(best, agent_policy, judge)
-            summary = asyncio.run(_closing(judge, _closing(agent_policy, evaluate(
-                tasks, agent_policy, spec.root_env, run_dir,
+            summaries = asyncio.run(_closing(judge, _closing(agent_policy, evaluate_slots(slots, lambda slot: evaluate(
+                slot.tasks, agent_policy, spec.root_env, slot.dir,
                 env_name=spec.name, split=selection.source, policy_name=policy_name, config=config,
-                concurrency=concurrency, show_progress=progress, samples=samples, seed=seed, rules=rules,
-                fingerprint=fingerprint, lock=False,
+                concurrency=concurrency, show_progress=progress, samples=samples, seed=slot.seed, rules=rules,
+                fingerprint=slot.fingerprint, lock=False,
                 launcher=make_launcher, best_of=best.record() if best else None,
-            ))))
+            )))))
+            aggregate = None
+            if runs is not None and shard_spec is None:
+                aggregate = write_runs_summary(run_dir, summaries, [s.dir for s in slots], [s.seed for s in slots])
     except EvalSetupError as exc:
         _fail(str(exc))
         raise
-    print_summary(summary, Console())
-    Console().print(f"saved {summary.overall.tasks} rollout results under {run_dir}/ (summary.json, rollouts/)")
-    if summary.infra_failure_rate > max_infra_failures:
-        kinds = ", ".join(f"{k}: {n}" for k, n in summary.errors_by_kind.items())
-        console.print(
-            f"[red]error:[/red] {summary.infra_failures} of {summary.overall.tasks} rollouts "
-            f"({100 * summary.infra_failure_rate:.1f}%) failed for infrastructure reasons ({kinds}), more than "
-            f"--max-infra-failures {max_infra_failures:g}; rerun the same command to retry them",
-            markup=True, highlight=False,
-        )
-        raise typer.Exit(code=1)
+    print_slots(run_dir, slots, summaries, aggregate, Console())
+    for summary in summaries:
+        if summary.infra_failure_rate > max_infra_failures:
+            kinds = ", ".join(f"{k}: {n}" for k, n in summary.errors_by_kind.items())
+            console.print(
+                f"[red]error:[/red] {summary.infra_failures} of {summary.overall.tasks} rollouts "
+                f"({100 * summary.infra_failure_rate:.1f}%) failed for infrastructure reasons ({kinds}), more than "
+                f"--max-infra-failures {max_infra_failures:g}; rerun the same command to retry them",
+                markup=True, highlight=False,
+            )
+            raise typer.Exit(code=1)
+
+
+def _shard(text: str | None, runs: int | None, new_run: bool) -> ShardSpec | None:
+    """`--shard i/n` parsed, `--runs` checked; bad input is a one-line error."""
+    from sera.eval.shards import ShardError, ShardSpec
+
+    if runs is not None and runs < 1:
+        _fail(f"--runs {runs}: give at least one run (--runs 3 repeats the evaluation with three seeds)")
+    if new_run and (runs is not None or text is not None):
+        _fail("--new-run applies to a single run; give --runs or --shard another --out instead")
+    if text is None:
+        return None
+    try:
+        return ShardSpec.parse(text)
+    except ShardError as exc:
+        _fail(str(exc))
+        raise
+
+
+def _checkpoint(model: str) -> CheckpointSource | None:
+    """`--model` as trained weights (a `sera train` checkpoint, an adapter), validated; None for
+    a plain model; a one-line error for a checkpoint that cannot be used."""
+    from sera.policy.checkpoint_model import CheckpointModelError, resolve
+
+    try:
+        return resolve(model)
+    except CheckpointModelError as exc:
+        _fail(str(exc))
+        raise
+
+
+def _merge(out: Path, sources: list[Path]) -> None:
+    """`sera eval --merge`: combine the shards under `out` and `sources` into `out` and print it."""
+    from sera.eval.errors import EvalSetupError
+    from sera.eval.merge import merge
+    from sera.eval.report import print_runs_summary, print_summary
+
+    try:
+        result = merge(out, sources)
+    except EvalSetupError as exc:
+        _fail(str(exc))
+        raise
+    for run_dir, summary in result.runs:
+        if result.aggregate is None:
+            print_summary(summary, Console())
+        Console().print(f"merged {summary.overall.tasks} rollout results into {run_dir}/ (summary.json, rollouts/)")
+    if result.aggregate is not None:
+        print_runs_summary(result.aggregate, Console())
 
 
 def _best_of(n: int, selector: str, max_forks: int, policy: str, judge_url: str | None, judge_model: str | None) -> BestOf | None:
@@ -374,9 +442,9 @@ def report_command(
 
     report = build_report(run_dirs, out)
     for problem in report.problems:
-        console.print(f"[yellow]problem:[/yellow] {problem.line()}", highlight=False)
-    Console().print(f"wrote {report.markdown} and {report.json.name} ({report.eval_runs} evaluation runs, "
-                    f"{report.train_runs} training runs, {len(report.plots)} plots, {len(report.problems)} problems)")
+        typer.echo(f"problem: {problem.line()}", err=True)  # one line each, never wrapped
+    typer.echo(f"wrote {report.markdown} and {report.json.name} ({report.eval_runs} evaluation runs, "
+               f"{report.train_runs} training runs, {len(report.plots)} plots, {len(report.problems)} problems)")
     if not report.eval_runs and not report.train_runs:
         _fail("no usable run found under " + ", ".join(str(p) for p in run_dirs))
     if report.problems:

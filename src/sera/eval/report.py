@@ -11,7 +11,10 @@ from sera.eval.best_of import describe as describe_best_of
 from sera.eval.summary import EvalSummary, GroupResult
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sera.eval.aggregate import RunsSummary, Stat
+    from sera.eval.runs import RunSlot
 
 
 def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
@@ -87,3 +90,24 @@ def _stat_table(title: str, key: str, rows: list[tuple[str, Stat]], n_runs: int)
         table.add_row(name, str(stat.tasks), f"{100 * stat.mean:.2f}%", f"{100 * stat.std:.2f}",
                       *(f"{100 * v:.2f}%" for v in stat.values))
     return table
+
+
+def print_slots(out_dir: Path, slots: list[RunSlot], summaries: list[EvalSummary], runs: RunsSummary | None,
+                console: Console | None = None) -> None:
+    """What one `sera eval` invocation did: each run's table (`--runs`: one line each and the mean
+    ± std table), where it was saved, and for a shard how to merge."""
+    console = console or Console()
+    if runs is None:
+        for slot, summary in zip(slots, summaries, strict=True):
+            print_summary(summary, console)
+            console.print(f"saved {summary.overall.tasks} rollout results under {slot.dir}/ (summary.json, rollouts/)")
+    else:
+        for slot, summary in zip(slots, summaries, strict=True):
+            console.print(f"{slot.dir}: seed {slot.seed}, {summary.overall.successes}/{summary.overall.tasks} successful, "
+                          f"{summary.overall.errors} errors", markup=False, highlight=False)
+        print_runs_summary(runs, console)
+        console.print(f"saved {len(slots)} runs under {out_dir}/runs/ and their mean ± std in {out_dir}/summary.json")
+    shard = next((slot.shard for slot in slots if slot.shard is not None), None)
+    if shard is not None:
+        console.print(f"shard {shard.spec} done; once all {shard.count} shards are done, merge them with: "
+                      f"sera eval --merge --out {out_dir} [--merge-from OTHER_OUT ...]", markup=False, highlight=False)

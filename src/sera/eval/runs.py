@@ -13,6 +13,7 @@ holds either one run or a `--runs` set, never both: mixing them is refused.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from sera.eval.aggregate import RunsSummary, aggregate_runs
 from sera.eval.errors import EvalSetupError
 from sera.eval.fingerprint import RunFingerprint
 from sera.eval.lock import run_lock
-from sera.eval.shards import ShardRecord, ShardSpec, shard_dir, shard_dirs
+from sera.eval.shards import ShardRecord, ShardSpec, shard_dir, shard_dirs, write_record
 from sera.eval.store import RUN_FILE, check_fingerprint, check_layout, check_out_dir, read_fingerprint, write_atomically
 from sera.eval.summary import EvalSummary
 from sera.types import Task
@@ -120,3 +121,14 @@ def write_runs_summary(out_dir: Path, summaries: list[EvalSummary], dirs: list[P
     write_atomically(out_dir / SUMMARY_FILE, runs.model_dump_json(indent=2))
     return runs
 
+
+
+async def evaluate_slots(slots: list[RunSlot], run_one: Callable[[RunSlot], Awaitable[EvalSummary]]) -> list[EvalSummary]:
+    """Evaluate the slots one after another (each run's rollouts run concurrently inside it),
+    recording each shard's `shard.json` before its first rollout."""
+    summaries = []
+    for slot in slots:
+        if slot.shard is not None:
+            write_record(slot.dir, slot.shard)
+        summaries.append(await run_one(slot))
+    return summaries
