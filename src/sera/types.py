@@ -109,6 +109,9 @@ class Step(Record):
     """Seconds spent waiting for the policy."""
     env_s: float = 0.0
     """Seconds spent executing the action (including awaited children)."""
+    policy_version: int | None = None
+    """The policy version (optimizer updates) whose weights sampled this step; None outside
+    training or for a forced step."""
     forced: str | None = None
     """Set when the environment took this step in the agent's name instead of a policy call
     (e.g. `loop_detector`): no model produced `completion_text`, and it is never trained."""
@@ -143,6 +146,8 @@ class ModelCall(Record):
     """Why the call produced no usable reply (sampler failure, parse error), if so."""
     external: bool = False
     """True when an external model (not the policy) answered; such calls are never trained."""
+    policy_version: int | None = None
+    """The policy version whose weights answered (training); None otherwise or when external."""
 
 
 class AgentNode(Record):

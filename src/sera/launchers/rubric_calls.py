@@ -88,6 +88,7 @@ def _call_record(role: CallRole, messages: list[Message], sampling: SamplingPara
         finish_reason=completion.finish_reason,
         temperature=sampling.temperature,
         usage=completion.usage,
+        policy_version=completion.policy_version,
     )
 
 

@@ -53,6 +53,9 @@ class Completion:
     """Why generation stopped: `stop`, `length`, ..."""
     usage: Usage = field(default_factory=Usage)
     """Token counts."""
+    policy_version: int | None = None
+    """The version of the trained weights that produced this completion (optimizer updates
+    before it), when the caller knows it (training); None otherwise."""
 
 
 @runtime_checkable

@@ -297,6 +297,7 @@ class Rollout:
                 completion_logprobs=completion.logprobs,
                 finish_reason=completion.finish_reason,
                 usage=completion.usage,
+                policy_version=completion.policy_version,
                 policy_s=policy_s,
             )
             if finished:

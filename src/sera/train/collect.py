@@ -21,6 +21,7 @@ from sera.launchers.frozen_rubric import FrozenRubricLauncher
 from sera.launchers.labels import JudgeLabeler, Labeler, VerifierLabeler, judge_children
 from sera.launchers.rubric_calls import (
     SCORE_SAMPLING,
+    WRITE_SAMPLING,
     ExternalRubricScorer,
     ExternalRubricWriter,
     GlobalRubricWriter,
@@ -30,7 +31,7 @@ from sera.launchers.rubric_calls import (
     RubricWriter,
 )
 from sera.runtime.delegation import EnvFactory, Launcher, PlainLauncher
-from sera.runtime.policy import Policy
+from sera.runtime.policy import Policy, SamplingParams
 from sera.runtime.rollout import run_rollout
 from sera.train.method import Method
 from sera.train.schedule import Stage
@@ -51,6 +52,12 @@ class Collector:
     """Budgets and sampling of agent steps."""
     judge: Any = None
     """A `sera.judge.JudgeClient`, needed for judged labels and external rubrics; None otherwise."""
+    write_sampling: SamplingParams = WRITE_SAMPLING
+    """How the policy samples a rubric (the paper: temperature 1, 1,024 tokens)."""
+    score_sampling: SamplingParams = SCORE_SAMPLING
+    """How the policy samples a score in execution (the paper: temperature 0, 1,024 tokens)."""
+    score_max_tokens_rt: int | None = None
+    """The scorer's completion cap in rubric training; None: the environment's (1,024 / 512)."""
 
     def __post_init__(self) -> None:
         needs_judge = [
@@ -83,13 +90,15 @@ class Collector:
             return GlobalRubricWriter(self.env.global_rubric())
         if self.method.rubric_writer == "external":
             return ExternalRubricWriter(self.judge, self._limits())
-        return PolicyRubricWriter(self.policy, limits=self._limits())
+        return PolicyRubricWriter(self.policy, self.write_sampling, limits=self._limits())
 
     def scorer(self, stage: Stage) -> RubricScorer:
         if self.method.rubric_scorer == "external":
             return ExternalRubricScorer(self.judge, self.method.score_mode)
-        cap = self.env.training.score_max_tokens_rt if stage == "rubric_generation" else SCORE_SAMPLING.max_tokens
-        return PolicyRubricScorer(self.policy, replace(SCORE_SAMPLING, max_tokens=cap), self.method.score_mode)
+        cap = self.score_sampling.max_tokens
+        if stage == "rubric_generation":
+            cap = self.score_max_tokens_rt or self.env.training.score_max_tokens_rt
+        return PolicyRubricScorer(self.policy, replace(self.score_sampling, max_tokens=cap), self.method.score_mode)
 
     def labeler(self) -> Labeler:
         return JudgeLabeler(self.judge) if self.env.training.label_source == "judge" else VerifierLabeler()
@@ -99,7 +108,7 @@ class Collector:
         if stage == "rubric_generation":
             # The rubric stage trains the policy's rubric writing, whatever writes rubrics elsewhere.
             return CounterfactualLauncher(
-                PolicyRubricWriter(self.policy, limits=self._limits()),
+                PolicyRubricWriter(self.policy, self.write_sampling, limits=self._limits()),
                 self.scorer(stage), self.labeler(),
                 branches=self.method.branches, max_envs=self.method.max_fork_envs,
             )

@@ -1,33 +1,33 @@
-"""`sera train`: the synchronous RL loop (trainer-design §3.1-3.4, §3.9), in one file.
+"""`sera train`: the synchronous RL loop (trainer-design §3.1-3.4, §3.9).
 
 One step = one round = one stage:
 
     stage  = clock.stage                               # a function of the policy version
     tasks  = cursor.take(batch_tasks)                  # seeded permutation of the training split
-    trees  = K rollouts per task, `concurrency` at once, with the in-process sampler
+    trees  = K rollouts per task, `concurrency` at once (`sample_round`)
+             drop+refill: zero-variance tasks are replaced by new ones, `max_refill_waves` times
     batch  = build_batch(trees per task, stage, ...)   # credit, depth weights
     if trainable datums < min_trainable_datums: skip   # the clock does not advance
-    else:  learner.train_step(batch.datums, loss)      # one optimizer step; version += 1
-    save trees, checkpoint (every N updates, at the end, on SIGTERM/SIGINT), one metrics line
+    else:  learner.train_step(batch.datums)            # one optimizer step; version += 1
+           sync.sync(learner, version)                 # the sampler serves it; canary
+           evaluate every `eval.every` versions
+    checkpoint (every N updates, at the end, on SIGTERM/SIGINT), one metrics line
 
-The sampler is a `TransformersSampler` over the learner's own `nn.Module`, so the weights it
-samples with are the weights just trained (no sync step); it must be idle during the update,
-which `InFlight` checks. Every tree gets a seed derived from (run seed, step, task id, k) and
-every model call a seed derived from the tree seed and its prompt, so a resumed run samples what
-an uninterrupted one would have (up to the float rounding of differently composed batches).
+The sampler is a `TransformersSampler` over the learner's own `nn.Module` (`SharedModuleSync`:
+no copy, a canary after each update); it must be idle during the update. Seeds come from (run
+seed, step, task id, k) and the prompt (`sera.train.sampling`), so a resumed run samples what an
+uninterrupted one would have on worlds whose trees do not depend on timing.
 
 Counters: `step` counts rounds, trained or skipped (seeds, cursor, metrics lines, rollout
-folders); `version` counts optimizer updates (stage, `max_steps`, checkpoint cadence).
+folders); `version` counts optimizer updates (stage, `max_steps`, checkpoint and eval cadence).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import random
-import shutil
+import resource
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -38,39 +38,29 @@ from typing import Any
 
 import torch
 
-from sera.envs.registry import EnvSpec, get_env
-from sera.envs.selection import TaskSelection, select_tasks
+from sera.envs.registry import EnvSpec, EnvTraining, get_env
 from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
 from sera.eval.store import save_tree
-from sera.runtime.config import RuntimeConfig
-from sera.runtime.policy import Completion, Policy, SamplingParams
 from sera.train.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.train.collect import Collector
-from sera.train.config import TrainConfig, config_diff, dump_config, load_config
-from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner, load_causal_lm
+from sera.train.config import TrainConfig
+from sera.train.learner import TorchLearner
+from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
+from sera.train.run_dir import (
+    CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, TrainError, prepare_run, trim_past,
+)
+from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
+from sera.train.setup import (
+    eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
+)
 from sera.train.stage_data import build_batch
-from sera.types import Message, RolloutTree, Task
+from sera.train.weight_sync import SharedModuleSync, WeightSync
+from sera.types import RolloutTree, Task
 
-CONFIG_FILE = "config.yaml"
-"""The resolved config of the run, in the run directory."""
-CKPT_DIR = "checkpoints"
-"""Checkpoints of the run (`sera.train.checkpoint` layout)."""
-ROLLOUTS_DIR = "rollouts"
-"""Trees of each step: `rollouts/step_NNNNN/<task>.<k>.json`."""
-RESUMABLE_KEYS = frozenset({"steps.max_steps"})
-"""Config keys `--resume` may change: extending a run is not a different run."""
-
-TreePolicy = Callable[[Policy, Task, int], Policy]
-"""`(sampler policy, task, k) -> the policy of tree k of the task`; the default returns the
-sampler. A seam for tests (e.g. a scripted expert on some trees, so a random model's groups have
-mixed outcomes), never for the paper's runs."""
-
-
-class TrainError(RuntimeError):
-    """The run cannot start or continue; the message says why (config change, too many skips)."""
+__all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "RunResult", "TrainError", "run_train"]
 
 
 # -- state -----------------------------------------------------------------------------------------
@@ -99,151 +89,86 @@ def task_at(tasks: list[Task], seed: int, index: int) -> Task:
     return tasks[order[position]]
 
 
-def take_tasks(tasks: list[Task], seed: int, cursor: int, n: int) -> tuple[list[Task], int]:
-    """The next `n` distinct tasks of the stream from `cursor`, and the cursor after them. Across
-    an epoch boundary a task can come up twice in a row: the repeat is passed over (one task's
-    trees form one LOO group), so the stream stays a function of the cursor."""
-    if n > len(tasks):
-        raise TrainError(f"rollout.batch_tasks={n} but the training split has only {len(tasks)} tasks")
+def take_tasks(tasks: list[Task], seed: int, cursor: int, n: int, exclude: set[str] = frozenset()) -> tuple[list[Task], int]:
+    """The next `n` tasks of the stream from `cursor` not in `exclude` and distinct, and the cursor
+    after them. Across an epoch boundary (or in a refill wave) a task can come up again: the
+    repeat is passed over (one task's trees form one LOO group), so the stream stays a function
+    of the cursor."""
+    if n + len(exclude) > len(tasks):
+        raise TrainError(f"a round needs {n + len(exclude)} distinct tasks (rollout.batch_tasks and refills) "
+                         f"but the training split has only {len(tasks)}")
     chosen: list[Task] = []
+    taken = set(exclude)
     while len(chosen) < n:
         task = task_at(tasks, seed, cursor)
         cursor += 1
-        if all(task.id != t.id for t in chosen):
+        if task.id not in taken:
             chosen.append(task)
+            taken.add(task.id)
     return chosen, cursor
 
 
-# -- the sampler side --------------------------------------------------------------------------------
+# -- one round's sampling ---------------------------------------------------------------------------
 
 
-class InFlight:
-    """Counts policy calls in flight, so the loop can assert the sampler is idle while training."""
+@dataclass
+class Round:
+    """The trees of one round and how they were drawn."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        """Calls started and not yet returned."""
-        self.calls = 0
-        """Calls made so far."""
-
-
-class SeededPolicy:
-    """A tree's policy: each call gets a seed from the tree seed, the prompt and how often that
-    prompt came before in this tree, so the call order between concurrent agents does not change
-    what is sampled; calls are counted in `InFlight`."""
-
-    def __init__(self, inner: Policy, tree_seed: int, inflight: InFlight) -> None:
-        self.inner = inner
-        self.tree_seed = tree_seed
-        self.inflight = inflight
-        self._seen: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:  # max_positions, chat_ids, ... of the sampler
-        return getattr(self.inner, name)
-
-    async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
-        key = hashlib.sha256(json.dumps([[m.role, m.content] for m in messages]).encode()).hexdigest()
-        n = self._seen.get(key, 0)
-        self._seen[key] = n + 1
-        seed = sample_seed(self.tree_seed, key, n)
-        self.inflight.count += 1
-        self.inflight.calls += 1
-        try:
-            return await self.inner(messages, replace(sampling, seed=seed))
-        finally:
-            self.inflight.count -= 1
+    tasks: list[Task]
+    """Every task sampled this round, in order (refills after the first draw)."""
+    groups: list[list[RolloutTree]]
+    """The K trees of each task, aligned with `tasks`."""
+    usable: list[bool]
+    """Aligned with `tasks`: the group has a trainable datum on its own."""
+    waves: int = 0
+    """Refill waves drawn after the first."""
+    cursor: int = 0
+    """The task cursor after this round."""
 
 
-def default_tree_policy(policy: Policy, task: Task, k: int) -> Policy:
-    """Every tree samples from the model being trained."""
-    return policy
+class Sampler:
+    """Samples the K trees of tasks for one round with the collector, `concurrency` at once."""
+
+    def __init__(self, cfg: TrainConfig, collector: Collector, policy: Any, tree_policy: TreePolicy,
+                 inflight: InFlight) -> None:
+        self.cfg, self.collector, self.policy, self.tree_policy, self.inflight = cfg, collector, policy, tree_policy, inflight
+
+    def sample(self, tasks: list[Task], step: int, stage: str, version: int) -> list[list[RolloutTree]]:
+        K, spec = self.cfg.rollout.trees_per_task, self.collector.env
+
+        async def sample_all() -> list[RolloutTree]:
+            gate = asyncio.Semaphore(self.cfg.rollout.concurrency)
+
+            async def one(task: Task, k: int) -> RolloutTree:
+                seed = sample_seed(self.cfg.seed, f"{step}/{task.id}", k)
+                policy = SeededPolicy(self.tree_policy(self.policy, task, k), seed, self.inflight, version)
+                async with gate:
+                    return await replace(self.collector, policy=policy).collect(
+                        task, spec.root_env(task), stage, seed=seed, policy_version=version)
+
+            return await asyncio.gather(*(one(task, k) for task in tasks for k in range(K)))
+
+        flat = asyncio.run(sample_all())
+        return [list(flat[i * K:(i + 1) * K]) for i in range(len(tasks))]
 
 
-# -- setup -------------------------------------------------------------------------------------------
-
-
-def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
-    """`tiny` (the random test model, seeded by the config seed), `smollm2` or a local path."""
-    if cfg.model.name == "tiny":
-        from sera.testing.tiny import tiny_model_and_tokenizer
-
-        return tiny_model_and_tokenizer(seed=cfg.seed)
-    return load_causal_lm(cfg.model.name)
-
-
-def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner:
-    """The learner the config describes (loss options per loss, LoRA, dtype, device)."""
-    loss = cfg.loss
-    options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
-               "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
-    lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
-    o = cfg.optimizer
-    return TorchLearner(model, LearnerConfig(
-        loss=loss.name, loss_options=options, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
-        max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
-        device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
-        pad_id=tokenizer.pad_token_id or 0,
-    ), tokenizer=tokenizer)
-
-
-def make_judge(cfg: TrainConfig) -> Any:
-    """The external judge client, or None when the config has no judge."""
-    if cfg.judge is None:
-        return None
-    from sera.judge.client import JudgeClient
-
-    return JudgeClient(cfg.judge.base_url, cfg.judge.model, api_key=os.environ.get(cfg.judge.api_key_env, "EMPTY"),
-                       max_concurrency=cfg.judge.max_concurrency)
-
-
-def runtime_config(cfg: TrainConfig, spec: EnvSpec) -> RuntimeConfig:
-    """Budgets and agent sampling of training rollouts (stop strings from the environment)."""
-    r = cfg.rollout
-    sampling = replace(spec.sampling, temperature=r.agent_temperature, max_tokens=r.max_tokens,
-                       max_prompt_tokens=r.max_prompt_tokens, logprobs=True)
-    return RuntimeConfig(max_calls_per_agent=r.max_calls_per_agent, max_depth=r.max_depth, sampling=sampling)
-
-
-def training_tasks(cfg: TrainConfig, spec: EnvSpec) -> list[Task]:
-    """The selected training tasks, in the split's order (the cursor permutes them)."""
-    e = cfg.environment
-    return select_tasks(spec, TaskSelection(split=e.split, tasks_file=e.tasks_file, difficulty=e.difficulty, rules=e.rules))
-
-
-# -- the run directory ---------------------------------------------------------------------------------
-
-
-def prepare_run(out: Path, cfg: TrainConfig | None, *, resume: bool) -> TrainConfig:
-    """Fresh: refuse a run directory that already holds a run, write `config.yaml`. Resume: the
-    saved config, or `cfg` if it differs from it only in `RESUMABLE_KEYS` (else refuse, naming
-    the keys)."""
-    path = out / CONFIG_FILE
-    if not resume:
-        assert cfg is not None
-        if path.exists() or (out / CKPT_DIR).exists():
-            raise TrainError(f"{out} already holds a run; use --resume {out} or another --out")
-        out.mkdir(parents=True, exist_ok=True)
-        path.write_text(dump_config(cfg), encoding="utf-8")
-        return cfg
-    if not path.is_file():
-        raise TrainError(f"{out} holds no run to resume ({CONFIG_FILE} is missing)")
-    saved = load_config(path)
-    if cfg is None:
-        return saved
-    changed = [line for line in config_diff(saved, cfg) if line.split(":", 1)[0] not in RESUMABLE_KEYS]
-    if changed:
-        raise TrainError(f"--resume {out}: the config differs from the run's {CONFIG_FILE} in "
-                         + "; ".join(changed) + f" (only {', '.join(sorted(RESUMABLE_KEYS))} may change)")
-    path.write_text(dump_config(cfg), encoding="utf-8")
-    return cfg
-
-
-def trim_past(out: Path, step: int) -> None:
-    """Remove what steps >= `step` left (metrics lines, rollout folders): the resumed run redoes them."""
-    MetricsSink(out / METRICS_FILE).truncate_after(step)
-    for folder in (out / ROLLOUTS_DIR).glob("step_*"):
-        if folder.name[5:].isdigit() and int(folder.name[5:]) >= step:
-            shutil.rmtree(folder)
+def sample_round(cfg: TrainConfig, state: LoopState, tasks: list[Task], sampler: Sampler, stage: str, version: int,
+                 method: Method, env: EnvTraining, decode: Callable[..., str]) -> Round:
+    """The first draw of `batch_tasks` tasks and, when zero-variance tasks are dropped and refilled,
+    up to `steps.max_refill_waves` waves replacing the unusable ones with new tasks."""
+    chosen, cursor = take_tasks(tasks, cfg.seed, state.cursor, cfg.rollout.batch_tasks)
+    rnd = Round(tasks=[], groups=[], usable=[], cursor=cursor)
+    while True:
+        groups = sampler.sample(chosen, state.step, stage, version)
+        rnd.tasks += chosen
+        rnd.groups += groups
+        rnd.usable += [build_batch([g], stage, method, env, decode).counts["trainable_datums"] > 0 for g in groups]
+        missing = cfg.rollout.batch_tasks - sum(rnd.usable)
+        if not env.filter_zero_variance or missing <= 0 or rnd.waves >= cfg.steps.max_refill_waves:
+            return rnd
+        rnd.waves += 1
+        chosen, rnd.cursor = take_tasks(tasks, cfg.seed, rnd.cursor, missing, exclude={t.id for t in rnd.tasks})
 
 
 # -- signals --------------------------------------------------------------------------------------------
@@ -282,6 +207,149 @@ class RunResult:
     """The signal name that stopped the run early; None when it reached `max_steps`."""
 
 
+@dataclass
+class Trainer:
+    """The parts of a run; `step()` does one round."""
+
+    cfg: TrainConfig
+    out: Path
+    spec: EnvSpec
+    method: Method
+    env_training: EnvTraining
+    tasks: list[Task]
+    learner: TorchLearner
+    tokenizer: Any
+    sampler: Sampler
+    sync: WeightSync
+    clock: StageClock
+    state: LoopState
+    inflight: InFlight
+    evaluator: Callable[[int], dict[str, Any]] | None
+
+    def step(self) -> dict[str, Any]:
+        """One round: sample, credit, maybe update, sync and evaluate; advances `state` and
+        `clock`; returns its metrics line (without the checkpoint time)."""
+        cfg, state, clock = self.cfg, self.state, self.clock
+        t0 = time.perf_counter()
+        stage, version, step = clock.stage, clock.version, state.step
+        rnd = sample_round(cfg, state, self.tasks, self.sampler, stage, version, self.method, self.env_training,
+                           self.tokenizer.decode)
+        t1 = time.perf_counter()
+        folder = self.out / ROLLOUTS_DIR / f"step_{step:05d}"
+        for task, trees in zip(rnd.tasks, rnd.groups):
+            for k, tree in enumerate(trees):
+                save_tree(folder / f"{task_file_name(task.id)}.{k}.json", tree)
+        t2 = time.perf_counter()
+
+        # Credit over every group: the dropped ones add no datum, and their counts are recorded.
+        batch = build_batch(rnd.groups, stage, self.method, self.env_training, self.tokenizer.decode)
+        trainable = batch.counts["trainable_datums"]
+        t3 = time.perf_counter()
+
+        record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage}
+        timing = {"sampling": t1 - t0, "save_trees": t2 - t1, "credit": t3 - t2, "update": 0.0, "sync": 0.0, "eval": 0.0}
+        if trainable >= cfg.steps.min_trainable_datums:
+            busy = self.inflight.count
+            if busy:
+                raise RuntimeError(f"{busy} sampler calls in flight during the update")
+            t4 = time.perf_counter()
+            stats = self.learner.train_step(batch.datums)
+            timing["update"] = time.perf_counter() - t4
+            clock.record_update(True)
+            state.consecutive_skips, state.skipped_trainable = 0, []
+            fb = stats.forward_backward
+            record.update(trained=True, skip_reason=None, loss=fb.loss, grad_norm=stats.optim.grad_norm,
+                          lr=stats.optim.lr, trained_tokens=fb.trained_tokens,
+                          **{f"learner/{k}": v for k, v in stats.as_dict().items()})
+            report = self.sync.sync(self.learner, clock.version)
+            timing["sync"] = report.seconds
+            record.update({"sync/canary_gap": report.canary_gap, "sync/canary_mean_gap": report.canary_mean_gap})
+            if self.evaluator is not None and cfg.eval.every and clock.version % cfg.eval.every == 0:
+                t5 = time.perf_counter()
+                record.update(self.evaluator(clock.version))
+                timing["eval"] = time.perf_counter() - t5
+        else:
+            clock.record_update(False)
+            state.consecutive_skips += 1
+            state.skipped_trainable.append(trainable)
+            record.update(trained=False, loss=None, grad_norm=None, lr=None, trained_tokens=0,
+                          skip_reason=f"{trainable} trainable datums < steps.min_trainable_datums={cfg.steps.min_trainable_datums}")
+        state.step += 1
+        state.cursor = rnd.cursor
+
+        trees = [t for g in rnd.groups for t in g]
+        record.update({
+            "tasks": [t.id for t in rnd.tasks],
+            "trees": len(trees),
+            "root_success": sum(bool(t.root_success) for t in trees) / len(trees),
+            "datums": batch.counts["datums"],
+            "trainable_datums": trainable,
+            "consecutive_skips": state.consecutive_skips,
+            "sampler_calls": self.inflight.calls,
+            "refill/waves": rnd.waves,
+            "refill/tasks_drawn": len(rnd.tasks),
+            "refill/usable_groups": sum(rnd.usable),
+            **{f"credit/{k}": v for k, v in sorted(batch.counts.items())},
+            **{f"time/{k}": v for k, v in timing.items()},
+            "time/step": time.perf_counter() - t0,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        })
+        return record
+
+    def checkpoint(self, last: dict[str, Any] | None) -> float:
+        """Save the learner, RNGs, clock, cursor and the step's metrics line; returns seconds."""
+        start = time.perf_counter()
+        weights = self.learner.state_dict()
+        loop_state = {"clock": self.clock.state_dict(), "loop": asdict(self.state)}
+        files = {
+            "learner.pt": lambda f: torch.save(weights, f),
+            "rng.pt": lambda f: torch.save(capture_rng(), f),
+            "state.json": json.dumps(loop_state, indent=1).encode(),
+            "last_metrics.json": json.dumps(last).encode(),
+        }
+        save_checkpoint(self.out / CKPT_DIR, files, step=self.state.step, version=self.clock.version,
+                        round=self.state.step, keep_last=self.cfg.checkpoint.keep_last)
+        return time.perf_counter() - start
+
+    def restore(self, log: Callable[[str], None]) -> None:
+        """Continue from the newest complete checkpoint (or from scratch when there is none),
+        dropping what later steps left."""
+        ckpt = load_latest(self.out / CKPT_DIR)
+        if ckpt is None:
+            trim_past(self.out, 0, 0)
+            return
+        self.learner.load_state_dict(torch.load(ckpt.file("learner.pt"), weights_only=True))
+        restore_rng(torch.load(ckpt.file("rng.pt"), weights_only=True))
+        saved = ckpt.read_json("state.json")
+        self.clock.load_state_dict(saved["clock"])
+        self.state = LoopState(**saved["loop"])
+        trim_past(self.out, self.state.step, self.clock.version)
+        MetricsSink(self.out / METRICS_FILE).ensure_last(ckpt.read_json("last_metrics.json"))
+        log(f"resumed {self.out} at step {self.state.step}, policy version {self.clock.version} ({ckpt.path.name})")
+
+
+def make_evaluator(cfg: TrainConfig, spec: EnvSpec, policy: Any, out: Path) -> Callable[[int], dict[str, Any]]:
+    """Periodic evaluation through the evaluation harness: `eval.split` (first `eval.limit`
+    tasks) at `eval.temperature`, one rollout per task, saved under `eval/v<version>/`."""
+    from sera.eval.harness import evaluate
+
+    tasks = eval_tasks(cfg, spec)
+    config = runtime_config(cfg, spec, temperature=cfg.eval.temperature)
+
+    def run(version: int) -> dict[str, Any]:
+        summary = asyncio.run(evaluate(
+            tasks, policy, spec.root_env, out / EVAL_DIR / f"v{version:06d}", env_name=spec.name,
+            split=cfg.eval.split, policy_name=f"{cfg.model.name}@v{version}", config=config,
+            concurrency=cfg.rollout.concurrency, show_progress=False, seed=cfg.seed,
+        ))
+        line = {"eval/success": summary.overall.success_rate, "eval/tasks": summary.overall.tasks,
+                "eval/errors": summary.overall.errors}
+        line.update({f"eval/success/{band}": g.success_rate for band, g in summary.by_difficulty.items()})
+        return line
+
+    return run
+
+
 def run_train(
     cfg: TrainConfig | None, out: str | Path, *, resume: bool = False, tree_policy: TreePolicy | None = None,
     log: Callable[[str], None] = print,
@@ -291,15 +359,12 @@ def run_train(
     out = Path(out)
     cfg = prepare_run(out, cfg, resume=resume)
     spec = get_env(cfg.environment.name)
-    method = cfg.resolved_method()
     env_training = spec.training
     if cfg.steps.zero_variance is not None:
         env_training = replace(env_training, filter_zero_variance=cfg.steps.zero_variance == "drop_refill")
-    for missing, on in (("eval.every", cfg.eval.every), ("logging.tensorboard", cfg.logging.tensorboard),
-                        ("logging.wandb_project", cfg.logging.wandb_project), ("steps.max_refill_waves", cfg.steps.max_refill_waves)):
+    for missing, on in (("logging.tensorboard", cfg.logging.tensorboard), ("logging.wandb_project", cfg.logging.wandb_project)):
         if on:
             log(f"note: {missing}={on!r} is not implemented by this loop yet; ignored")
-    tasks = training_tasks(cfg, spec)
 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -308,153 +373,59 @@ def run_train(
     from sera.policy.transformers_sampler import TransformersSampler
 
     # The sampler shares the learner's module: what it samples with is what was just trained.
-    sampler = TransformersSampler(learner.model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency))
+    policy = TransformersSampler(learner.model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency))
     inflight = InFlight()
-    collector = Collector(sampler, method, spec, runtime_config(cfg, spec), make_judge(cfg))
-    clock = StageClock(method.stage_schedule)
-    state = LoopState()
+    trainer = Trainer(
+        cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
+        tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
+        sampler=Sampler(cfg, make_collector(cfg, spec, policy, make_judge(cfg)), policy,
+                        tree_policy or default_tree_policy, inflight),
+        sync=SharedModuleSync(policy, lambda: inflight.count), clock=StageClock(cfg.resolved_method().stage_schedule),
+        state=LoopState(), inflight=inflight,
+        evaluator=make_evaluator(cfg, spec, policy, out) if cfg.eval.every else None,
+    )
     metrics = MetricsSink(out / METRICS_FILE)
-    ckpt_dir = out / CKPT_DIR
-
-    if resume and (ckpt := load_latest(ckpt_dir)) is not None:
-        learner.load_state_dict(torch.load(ckpt.file("learner.pt"), weights_only=True))
-        restore_rng(torch.load(ckpt.file("rng.pt"), weights_only=True))
-        saved = ckpt.read_json("state.json")
-        clock.load_state_dict(saved["clock"])
-        state = LoopState(**saved["loop"])
-        trim_past(out, state.step)
-        metrics.ensure_last(ckpt.read_json("last_metrics.json"))
-        log(f"resumed {out} at step {state.step}, policy version {clock.version} ({ckpt.path.name})")
-    elif resume:
-        trim_past(out, 0)
-
-    def checkpoint(last: dict[str, Any] | None) -> float:
-        start = time.perf_counter()
-        weights = learner.state_dict()
-        loop_state = {"clock": clock.state_dict(), "loop": asdict(state)}
-        files = {
-            "learner.pt": lambda f: torch.save(weights, f),
-            "rng.pt": lambda f: torch.save(capture_rng(), f),
-            "state.json": json.dumps(loop_state, indent=1).encode(),
-            "last_metrics.json": json.dumps(last).encode(),
-        }
-        save_checkpoint(ckpt_dir, files, step=state.step, version=clock.version, round=state.step,
-                        keep_last=cfg.checkpoint.keep_last)
-        return time.perf_counter() - start
-
+    if resume:
+        trainer.restore(log)
     stopped_by = None
-    checkpointed_at = state.step if resume else -1
+    clock = trainer.clock
+    checkpointed_at = trainer.state.step if resume else -1
     try:
+        # The canary before the first round: a sampler that disagrees with the learner from the start.
+        trainer.sync.sync(learner, clock.version)
         with stop_on_signals() as received:
             while clock.version < cfg.steps.max_steps and not received:
-                record = run_step(cfg, state, clock, tasks, collector, sampler, tree_policy or default_tree_policy,
-                                  inflight, learner, method, env_training, tokenizer, out)
-                trained = record["trained"]
-                due = trained and clock.version % cfg.checkpoint.every == 0
+                record = trainer.step()
+                due = record["trained"] and clock.version % cfg.checkpoint.every == 0
                 final = clock.version >= cfg.steps.max_steps
-                aborting = state.consecutive_skips >= cfg.steps.max_consecutive_skips
+                aborting = trainer.state.consecutive_skips >= cfg.steps.max_consecutive_skips
                 record["time/checkpoint"] = 0.0
                 if due or final or aborting or received:
-                    record["time/checkpoint"] = checkpoint(record)
-                    checkpointed_at = state.step
+                    record["time/checkpoint"] = trainer.checkpoint(record)
+                    checkpointed_at = trainer.state.step
                 record["time/step"] += record["time/checkpoint"]
                 metrics.append(record)
                 log(_summary(record))
                 if aborting:
                     raise TrainError(
-                        f"{state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
-                        f"{cfg.steps.max_consecutive_skips}): trainable datums per step {state.skipped_trainable}, "
+                        f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
+                        f"{cfg.steps.max_consecutive_skips}): trainable datums per step {trainer.state.skipped_trainable}, "
                         f"steps.min_trainable_datums={cfg.steps.min_trainable_datums}; last step's counts: "
                         f"{ {k[7:]: v for k, v in record.items() if k.startswith('credit/')} }"
                     )
             if received:
                 stopped_by = signal.Signals(received[0]).name
-                if checkpointed_at != state.step:
-                    checkpoint(None)
-                log(f"{stopped_by}: checkpointed at step {state.step}, policy version {clock.version}; "
+                if checkpointed_at != trainer.state.step:
+                    trainer.checkpoint(None)
+                log(f"{stopped_by}: checkpointed at step {trainer.state.step}, policy version {clock.version}; "
                     f"continue with: sera train --resume {out}")
     finally:
-        asyncio.run(sampler.close())
-    return RunResult(steps=state.step, version=clock.version, stopped_by=stopped_by)
-
-
-def run_step(
-    cfg: TrainConfig, state: LoopState, clock: StageClock, tasks: list[Task], collector: Collector,
-    sampler: Policy, tree_policy: TreePolicy, inflight: InFlight, learner: TorchLearner, method: Any,
-    env_training: Any, tokenizer: Any, out: Path,
-) -> dict[str, Any]:
-    """One round: sample, credit, maybe update; advances `state` and `clock`; returns its metrics."""
-    t0 = time.perf_counter()
-    stage, version, step = clock.stage, clock.version, state.step
-    chosen, cursor = take_tasks(tasks, cfg.seed, state.cursor, cfg.rollout.batch_tasks)
-    K = cfg.rollout.trees_per_task
-    spec = collector.env
-
-    # Sampling: K trees per task, at most `concurrency` at once.
-    async def sample_all() -> list[list[RolloutTree]]:
-        gate = asyncio.Semaphore(cfg.rollout.concurrency)
-
-        async def one(task: Task, k: int) -> RolloutTree:
-            seed = sample_seed(cfg.seed, f"{step}/{task.id}", k)
-            policy = SeededPolicy(tree_policy(sampler, task, k), seed, inflight)
-            async with gate:
-                return await replace(collector, policy=policy).collect(
-                    task, spec.root_env(task), stage, seed=seed, policy_version=version)
-
-        flat = await asyncio.gather(*(one(task, k) for task in chosen for k in range(K)))
-        return [list(flat[i * K:(i + 1) * K]) for i in range(len(chosen))]
-
-    groups = asyncio.run(sample_all())
-    t1 = time.perf_counter()
-    folder = out / ROLLOUTS_DIR / f"step_{step:05d}"
-    for task, trees in zip(chosen, groups):
-        for k, tree in enumerate(trees):
-            save_tree(folder / f"{task_file_name(task.id)}.{k}.json", tree)
-    t2 = time.perf_counter()
-
-    # Credit.
-    batch = build_batch(groups, stage, method, env_training, tokenizer.decode)
-    trainable = batch.counts["trainable_datums"]
-    t3 = time.perf_counter()
-
-    # Update, or skip (the clock stays; the next round samples new tasks with new seeds).
-    record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage}
-    if trainable >= cfg.steps.min_trainable_datums:
-        assert inflight.count == 0, f"{inflight.count} sampler calls in flight during the update"
-        stats = learner.train_step(batch.datums)
-        clock.record_update(True)
-        state.consecutive_skips, state.skipped_trainable = 0, []
-        fb = stats.forward_backward
-        record.update(trained=True, skip_reason=None, loss=fb.loss, grad_norm=stats.optim.grad_norm,
-                      lr=stats.optim.lr, trained_tokens=fb.trained_tokens,
-                      **{f"learner/{k}": v for k, v in stats.as_dict().items()})
-    else:
-        clock.record_update(False)
-        state.consecutive_skips += 1
-        state.skipped_trainable.append(trainable)
-        record.update(trained=False, loss=None, grad_norm=None, lr=None, trained_tokens=0,
-                      skip_reason=f"{trainable} trainable datums < steps.min_trainable_datums={cfg.steps.min_trainable_datums}")
-    t4 = time.perf_counter()
-    state.step += 1
-    state.cursor = cursor
-
-    trees = [t for g in groups for t in g]
-    record.update({
-        "tasks": [t.id for t in chosen],
-        "trees": len(trees),
-        "root_success": sum(bool(t.root_success) for t in trees) / len(trees),
-        "datums": batch.counts["datums"],
-        "trainable_datums": trainable,
-        "consecutive_skips": state.consecutive_skips,
-        "sampler_calls": inflight.calls,
-        **{f"credit/{k}": v for k, v in sorted(batch.counts.items())},
-        "time/sampling": t1 - t0, "time/save_trees": t2 - t1, "time/credit": t3 - t2, "time/update": t4 - t3,
-        "time/step": t4 - t0,
-    })
-    return record
+        asyncio.run(policy.close())
+    return RunResult(steps=trainer.state.step, version=clock.version, stopped_by=stopped_by)
 
 
 def _summary(r: dict[str, Any]) -> str:
     did = f"loss {r['loss']:.4g} grad_norm {r['grad_norm']:.3g}" if r["trained"] else f"skipped ({r['skip_reason']})"
+    extra = f", eval {r['eval/success']:.2f}" if "eval/success" in r else ""
     return (f"step {r['step']} v{r['policy_version']} {r['stage']}: success {r['root_success']:.2f}, "
-            f"{r['trainable_datums']}/{r['datums']} trainable datums, {did}, {r['time/step']:.1f}s")
+            f"{r['trainable_datums']}/{r['datums']} trainable datums, {did}{extra}, {r['time/step']:.1f}s")

@@ -1,0 +1,86 @@
+"""Building a run's parts from its `TrainConfig`: the model, the learner, the judge, the agents'
+budgets and sampling, the training and evaluation tasks, and the rollout collector."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from sera.envs.registry import EnvSpec
+from sera.envs.selection import TaskSelection, select_tasks
+from sera.launchers.rubric_calls import SCORE_SAMPLING, WRITE_SAMPLING
+from sera.runtime.config import RuntimeConfig
+from sera.runtime.policy import Policy
+from sera.train.collect import Collector
+from sera.train.config import TrainConfig
+from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner, load_causal_lm
+from sera.types import Task
+
+
+def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
+    """`tiny` (the random test model, seeded by the config seed), `smollm2` or a local path."""
+    if cfg.model.name == "tiny":
+        from sera.testing.tiny import tiny_model_and_tokenizer  # the test kit's model, by name
+
+        return tiny_model_and_tokenizer(seed=cfg.seed)
+    return load_causal_lm(cfg.model.name)
+
+
+def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner:
+    """The learner the config describes (loss options per loss, LoRA, dtype, device)."""
+    loss = cfg.loss
+    options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
+               "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
+    lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
+    o = cfg.optimizer
+    return TorchLearner(model, LearnerConfig(
+        loss=loss.name, loss_options=options, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+        max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
+        device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
+        pad_id=tokenizer.pad_token_id or 0,
+    ), tokenizer=tokenizer)
+
+
+def make_judge(cfg: TrainConfig) -> Any:
+    """The external judge client, or None when the config has no judge."""
+    if cfg.judge is None:
+        return None
+    from sera.judge.client import JudgeClient
+
+    return JudgeClient(cfg.judge.base_url, cfg.judge.model, api_key=os.environ.get(cfg.judge.api_key_env, "EMPTY"),
+                       max_concurrency=cfg.judge.max_concurrency)
+
+
+def runtime_config(cfg: TrainConfig, spec: EnvSpec, *, temperature: float | None = None) -> RuntimeConfig:
+    """Budgets and agent sampling of training rollouts (stop strings from the environment);
+    `temperature` overrides the agents' (periodic evaluation)."""
+    r = cfg.rollout
+    sampling = replace(spec.sampling, temperature=r.agent_temperature if temperature is None else temperature,
+                       max_tokens=r.max_tokens, max_prompt_tokens=r.max_prompt_tokens, logprobs=temperature is None)
+    return RuntimeConfig(max_calls_per_agent=r.max_calls_per_agent, max_depth=r.max_depth, sampling=sampling)
+
+
+def make_collector(cfg: TrainConfig, spec: EnvSpec, policy: Policy, judge: Any) -> Collector:
+    """The collector of training rollouts, with the config's rubric and scorer sampling."""
+    r = cfg.rollout
+    return Collector(
+        policy, cfg.resolved_method(), spec, runtime_config(cfg, spec), judge,
+        write_sampling=replace(WRITE_SAMPLING, temperature=r.rubric_temperature, max_tokens=r.rubric_max_tokens),
+        score_sampling=replace(SCORE_SAMPLING, temperature=r.scorer_temperature, max_tokens=r.scorer_max_tokens),
+        score_max_tokens_rt=r.scorer_max_tokens_rt,
+    )
+
+
+def training_tasks(cfg: TrainConfig, spec: EnvSpec) -> list[Task]:
+    """The selected training tasks, in the split's order (the cursor permutes them)."""
+    e = cfg.environment
+    return select_tasks(spec, TaskSelection(split=e.split, tasks_file=e.tasks_file, difficulty=e.difficulty, rules=e.rules))
+
+
+def eval_tasks(cfg: TrainConfig, spec: EnvSpec) -> list[Task]:
+    """The held-out tasks of periodic evaluation (the first `eval.limit` of `eval.split`)."""
+    e = cfg.environment
+    return select_tasks(spec, TaskSelection(split=cfg.eval.split, limit=cfg.eval.limit, rules=e.rules))

@@ -1,0 +1,103 @@
+"""Getting the learner's new weights to the sampler, and checking that they arrived.
+
+After every update the loop calls `WeightSync.sync(learner, version)` before the next round
+samples. An implementation makes the sampler generate with the learner's current weights and
+then runs the **canary**: the sampler completes a fixed probe greedily with log-probabilities,
+the learner recomputes the log-probabilities of the same tokens, and the largest difference must
+stay within a bound (fp32: 1e-3). A failed canary raises `CanaryError`: sampling with weights
+other than the trained ones would make every later importance ratio wrong, silently.
+
+`SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
+weights are already there; the sync only checks that no sampler call straddles the update and
+runs the canary. A vLLM implementation (save an adapter, hot-load it under a versioned name,
+route the next round to it) is one more class with the same `sync`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sera.runtime.policy import Completion, SamplingParams
+from sera.types import Message
+
+PROBE: tuple[Message, ...] = (
+    Message(role="system", content="You are a careful assistant."),
+    Message(role="user", content="List three tools a carpenter uses, then say done."),
+)
+"""The canary's fixed prompt (any text works; it only has to be the same every time)."""
+PROBE_TOKENS = 12
+"""Tokens the canary generates and compares."""
+FP32_BOUND = 1e-3
+"""Largest sampler-learner log-prob difference accepted in fp32 (the issue's bound)."""
+BF16_BOUND = 0.25
+"""Default bound when the learner computes in bf16 autocast and the sampler does not; see
+docs/training.md for the measured gaps it covers."""
+
+
+class CanaryError(RuntimeError):
+    """The sampler's log-probabilities of the probe differ from the learner's past the bound."""
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """What one sync did."""
+
+    version: int
+    """The policy version the sampler now serves."""
+    seconds: float
+    """Wall time of the sync, canary included."""
+    canary_gap: float
+    """Largest |sampler - learner| log-probability over the probe's tokens."""
+    canary_mean_gap: float
+    """Mean |sampler - learner| over the probe's tokens."""
+    canary_tokens: int
+    """Probe tokens compared."""
+
+
+class WeightSync(Protocol):
+    """Makes the sampler serve the learner's current weights as policy `version`."""
+
+    def sync(self, learner: Any, version: int) -> SyncReport:
+        """Push (or check) the weights, run the canary, and report; raises `CanaryError`."""
+        ...
+
+
+def canary_gaps(sampler: Any, learner: Any, sampling: SamplingParams | None = None) -> tuple[float, float, int]:
+    """(max gap, mean gap, tokens) between the sampler's log-probs of a greedy probe completion and
+    the learner's recompute of the same tokens."""
+    sampling = sampling or SamplingParams(temperature=0.0, max_tokens=PROBE_TOKENS, logprobs=True, seed=0)
+    completion: Completion = asyncio.run(sampler(list(PROBE), sampling))
+    if not completion.token_ids or completion.logprobs is None or completion.prompt_token_ids is None:
+        raise CanaryError("the canary needs a sampler that reports prompt ids, token ids and logprobs")
+    recomputed = learner.sequence_logprobs(completion.prompt_token_ids, completion.token_ids).tolist()
+    gaps = [abs(a - b) for a, b in zip(completion.logprobs, recomputed)]
+    return max(gaps), sum(gaps) / len(gaps), len(gaps)
+
+
+class SharedModuleSync:
+    """The in-process sampler shares the learner's module: nothing to copy, only checks."""
+
+    def __init__(self, sampler: Any, idle: Callable[[], int], bound: float = FP32_BOUND) -> None:
+        """`idle()` returns the sampler calls in flight (must be 0 during an update and a sync)."""
+        self.sampler = sampler
+        self.in_flight = idle
+        self.bound = bound
+
+    def sync(self, learner: Any, version: int) -> SyncReport:
+        start = time.perf_counter()
+        busy = self.in_flight()
+        if busy:
+            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
+        worst, mean, n = canary_gaps(self.sampler, learner)
+        if worst > self.bound:
+            raise CanaryError(
+                f"canary failed after the update to policy version {version}: the sampler's log-probs of the "
+                f"probe differ from the learner's by up to {worst:.3g} (mean {mean:.3g} over {n} tokens; "
+                f"bound {self.bound:g}); the sampler is not generating with the trained weights"
+            )
+        return SyncReport(version=version, seconds=time.perf_counter() - start,
+                          canary_gap=worst, canary_mean_gap=mean, canary_tokens=n)
