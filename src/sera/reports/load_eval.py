@@ -46,6 +46,7 @@ def load_eval(directory: Path) -> tuple[EvalRun | None, list[Problem]]:
         if summary is None:
             return None, problems
         recomputed = True
+        problems = _one_line_per_file(problems)
     if run is None:
         problems.append(Problem(str(directory / "run.json"), "missing: the run's settings are unknown; compared by environment, split, policy and seed only"))
         run = {"env": summary.env, "source": summary.split, "policy": summary.policy, "rules": summary.rules, "seed": summary.seed}
@@ -65,6 +66,14 @@ def load_eval(directory: Path) -> tuple[EvalRun | None, list[Problem]]:
         summary=summary, recomputed=recomputed, task_dirs=frozenset(task_dirs),
         best_of_record=selection if isinstance(selection, dict) else None,
     ), problems
+
+
+def _one_line_per_file(problems: list[Problem]) -> list[Problem]:
+    """Problems of one file joined into one line (`unreadable (...); recomputed from ...`)."""
+    by_path: dict[str, list[str]] = {}
+    for p in problems:
+        by_path.setdefault(p.path, []).append(p.message)
+    return [Problem(path, "; ".join(messages)) for path, messages in by_path.items()]
 
 
 def _read_json(path: Path, problems: list[Problem]) -> dict[str, Any] | None:

@@ -4,9 +4,10 @@
 refuse a run written by an older or newer version over one key the report does not need).
 `metrics.jsonl` is read line by line, generically: metric names grow as the loop does, so
 nothing here depends on more than `step`, `stage`, `trained`, `loss`, `root_success` and the
-`time/*` prefix. Usage counters come from metric keys named `counters/<name>` or `usage/<name>`
-(or a bare counter name), summed over steps, when the loop records them; otherwise from the
-trees saved under `rollouts/step_*/`.
+`time/*` prefix. Usage counters come from the step's metrics when the loop records them (per
+step, summed over steps): `counters/<name>`, `usage/<name>` or a bare counter name, and the role
+names of `METRIC_ALIASES` (`calls/judge`, `tokens/judge/prompt`, ...); otherwise from the trees
+saved under `rollouts/step_*/`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ COUNTER_NAMES = frozenset(c.value for c in Counter)
 """Usage counters a metrics key or a tree may hold."""
 COUNTER_PREFIXES = ("counters", "usage", "")
 """Prefixes under which metrics.jsonl may hold a counter (per step)."""
+METRIC_ALIASES: dict[str, str] = {
+    "calls/act": Counter.POLICY_CALLS, "tokens/act/prompt": Counter.PROMPT_TOKENS,
+    "tokens/act/completion": Counter.COMPLETION_TOKENS, "calls/verifier": Counter.VERIFIER_CALLS,
+    "calls/judge": Counter.JUDGE_CALLS, "tokens/judge/prompt": Counter.JUDGE_PROMPT_TOKENS,
+    "tokens/judge/completion": Counter.JUDGE_COMPLETION_TOKENS, "calls/rubric": Counter.RUBRIC_CALLS,
+    "calls/score": Counter.SCORE_CALLS,
+}
+"""Per-step metric names that stand for a usage counter (the loop's role names)."""
 
 
 def load_train(directory: Path) -> tuple[TrainRun | None, list[Problem]]:
@@ -96,11 +105,22 @@ def _read_metrics(path: Path, problems: list[Problem]) -> list[dict[str, Any]]:
 def _counters_from_metrics(steps: list[dict[str, Any]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for record in steps:
+        found: dict[str, int] = {}
         for key, value in record.items():
-            prefix, _, name = key.rpartition("/")
-            if name in COUNTER_NAMES and prefix in COUNTER_PREFIXES and isinstance(value, int | float) and not isinstance(value, bool):
-                total[name] = total.get(name, 0) + int(value)
+            name = _counter_of(key)
+            # One value per counter and line: a name under two spellings is not counted twice.
+            if name is not None and name not in found and isinstance(value, int | float) and not isinstance(value, bool):
+                found[name] = int(value)
+        for name, value in found.items():
+            total[name] = total.get(name, 0) + value
     return dict(sorted(total.items()))
+
+
+def _counter_of(key: str) -> str | None:
+    if key in METRIC_ALIASES:
+        return str(METRIC_ALIASES[key])
+    prefix, _, name = key.rpartition("/")
+    return name if name in COUNTER_NAMES and prefix in COUNTER_PREFIXES else None
 
 
 def _counters_from_trees(rollouts: Path, problems: list[Problem]) -> tuple[dict[str, int], str]:
