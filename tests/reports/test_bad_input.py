@@ -4,6 +4,7 @@ of the report still renders."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -72,6 +73,11 @@ def test_a_shard_set_sums_and_a_stray_model_is_left_out(runs: Runs, tmp_path: Pa
     assert str(bad[2] / "run.json") in page
     (row,) = rows(data)  # the rest of the set still renders
     assert row["tasks"] == 2 and row["runs"][0]["paths"] == [str(p) for p in bad[:2]]
+
+    partial = make_shards(runs, tmp_path / "partial", 3)
+    shutil.rmtree(partial[1])
+    data, _ = report([tmp_path / "partial"], tmp_path / "out-partial")
+    assert problems(data) == {str(tmp_path / "partial/shards"): "shard set lacks 1/3: its run covers only the tasks of the shards present"}
 
 
 def test_merged_run_is_read_instead_of_its_shards(runs: Runs, tmp_path: Path):

@@ -179,6 +179,7 @@ def _check_shard_sets(runs: list[EvalRun], problems: list[Problem]) -> list[Eval
     for members in sets.values():
         kinds = Counter(_frozen(r.settings) for r in members)
         if len(kinds) < 2:
+            _check_complete(members, problems)
             continue
         keep = dict(kinds.most_common(1)[0][0])
         for run in members:
@@ -190,7 +191,17 @@ def _check_shard_sets(runs: list[EvalRun], problems: list[Problem]) -> list[Eval
             problems.append(Problem(str(run.path / "run.json"), f"shard {run.shard} has {first} {_text(run.settings.get(first))!r} but the rest "
                                     f"of its shard set in {run.path.parent} has {_text(keep.get(first))!r}"
                                     + (f" (and differs in {len(differs) - 1} more settings)" if len(differs) > 1 else "") + "; left out"))
+        _check_complete(members, problems)
     return [r for r in runs if id(r) not in dropped]
+
+
+def _check_complete(members: list[EvalRun], problems: list[Problem]) -> None:
+    """Name a shard set that lacks shards: its run covers only the shards' tasks that are there."""
+    count = members[0].shard.rpartition("/")[2] if members[0].shard else ""
+    have = {r.shard.partition("/")[0] for r in members if r.shard}
+    if count.isdigit() and len(have) < int(count):
+        missing = [f"{i}/{count}" for i in range(int(count)) if str(i) not in have]
+        problems.append(Problem(str(members[0].path.parent), f"shard set lacks {', '.join(missing)}: its run covers only the tasks of the shards present"))
 
 
 def _frozen(settings: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -100,7 +100,7 @@ def table4(comparisons: list[BestOfComparison]) -> str:
     return markdown_table(headers, rows)
 
 
-def table7_train(label: str, run: TrainRun, stages: list[StageTime]) -> str:
+def table7_train(stages: list[StageTime]) -> str:
     """Seconds by stage of one training run, with each `time/*` part."""
     parts = sorted({p for s in stages for p in s.parts})
     rows = [[s.stage, str(s.steps), str(s.trained), num(s.seconds, 2), *(num(s.parts.get(p, 0.0), 2) for p in parts)] for s in stages]

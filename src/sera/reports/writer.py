@@ -134,7 +134,7 @@ def _markdown(eval_tables: list[EvalTable], success_pngs: list[Path | None], com
         parts += ["## Table 7: wall clock", ""]
         for label, run, stage in zip(labels, trains, stages):
             if stage:
-                parts += [f"### training: {label} ({run.env}, `{run.path}`)", "", tables.table7_train(label, run, stage), ""]
+                parts += [f"### training: {label} ({run.env}, `{run.path}`)", "", tables.table7_train(stage), ""]
         if eval_tables:
             parts += ["### evaluation", "", tables.table7_eval(eval_tables), ""]
     if curve_pngs:
