@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Awaitable, Callable
@@ -419,12 +420,14 @@ def train_command(
     if resume is None and out is None:
         _fail("--out DIR is required")
     try:
-        result = run_train(cfg, resume or out, resume=resume is not None, log=lambda m: console.print(m, markup=False, highlight=False))
+        result = run_train(cfg, resume or out, resume=resume is not None, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
     except TrainError as exc:
         _fail(str(exc))
         raise
     Console().print(f"trained {result.version} updates in {result.steps} steps under {resume or out}/"
-                    + (f" (stopped by {result.stopped_by})" if result.stopped_by else ""))
+                    + (f" (stopped by {result.stopped_by})" if result.stopped_by else ""), soft_wrap=True)
+    if result.stopped_by:  # checkpointed, not finished: the shell's convention for a signal
+        raise typer.Exit(code=128 + signal.Signals[result.stopped_by].value)
 
 
 @app.command("report")

@@ -78,3 +78,23 @@ def test_sigkill_mid_step_then_resume_equals_an_uninterrupted_run(tmp_path: Path
     assert wa.keys() == wb.keys()
     worst = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     assert worst <= 1e-6, f"final weights differ by up to {worst}"
+
+
+def test_ctrl_c_checkpoints_the_step_then_exits_and_resume_finishes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    process = sera_train("--config", CONFIG, "--out", str(run), "max_steps=40", "checkpoint.every=100", "seed=5")
+    deadline = time.monotonic() + 240
+    while not (run / "metrics.jsonl").exists() or len(metrics(run)) < 2:
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the run never reached step 2"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, output
+    assert "SIGINT: checkpointed at step" in output and f"sera train --resume {run}" in output
+    done = metrics(run)
+    ckpt = load_latest(run / loop.CKPT_DIR)
+    assert ckpt is not None and ckpt.step == len(done) < 40  # the step in progress finished and was saved
+    finish(sera_train("--resume", str(run), "max_steps=12"))
+    assert [r["step"] for r in metrics(run)] == list(range(len(metrics(run))))
+    assert metrics(run)[-1]["policy_version"] + 1 == 12

@@ -85,3 +85,18 @@ def test_a_sampler_that_does_not_run_the_trained_weights_fails_the_canary() -> N
         SharedModuleSync(stale, lambda: 0).sync(learner, 3)
     with pytest.raises(RuntimeError, match="2 sampler calls in flight"):
         SharedModuleSync(shared, lambda: 2).sync(learner, 1)
+
+
+def test_metrics_lines_carry_tree_and_batch_metrics_and_reach_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    lines = run(out, "max_steps=2", "logging.tensorboard=true")
+    for line in lines:
+        assert {"success", "success/easy", "calls/act", "tokens/act/completion", "advantage/mean",
+                "batch/trained_tokens", "peak_rss_bytes", "time/sync"} <= set(line)
+        assert line["calls/act"] == 64  # 8 tasks x K=8, one call each
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == [0, 1]
+    assert [e.value for e in events.Scalars("loss")] == pytest.approx([line["loss"] for line in lines])

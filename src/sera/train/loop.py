@@ -48,11 +48,14 @@ from sera.train.config import TrainConfig
 from sera.train.learner import TorchLearner
 from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
+from sera.train.progress import Progress
 from sera.train.run_dir import (
     CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, TrainError, prepare_run, trim_past,
 )
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
+from sera.train.sinks import open_sinks
+from sera.train.step_metrics import batch_metrics, tree_metrics
 from sera.train.setup import (
     eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
 )
@@ -290,6 +293,8 @@ class Trainer:
             "refill/tasks_drawn": len(rnd.tasks),
             "refill/usable_groups": sum(rnd.usable),
             **{f"credit/{k}": v for k, v in sorted(batch.counts.items())},
+            **tree_metrics(rnd.groups, rnd.tasks, margin=cfg.rollout.margin),
+            **batch_metrics(batch),
             **{f"time/{k}": v for k, v in timing.items()},
             "time/step": time.perf_counter() - t0,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -362,10 +367,6 @@ def run_train(
     env_training = spec.training
     if cfg.steps.zero_variance is not None:
         env_training = replace(env_training, filter_zero_variance=cfg.steps.zero_variance == "drop_refill")
-    for missing, on in (("logging.tensorboard", cfg.logging.tensorboard), ("logging.wandb_project", cfg.logging.wandb_project)):
-        if on:
-            log(f"note: {missing}={on!r} is not implemented by this loop yet; ignored")
-
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model, tokenizer = load_model(cfg)
@@ -385,8 +386,13 @@ def run_train(
         evaluator=make_evaluator(cfg, spec, policy, out) if cfg.eval.every else None,
     )
     metrics = MetricsSink(out / METRICS_FILE)
+    progress = Progress(cfg.steps.max_steps)
+    if progress.interactive:
+        log = progress.log  # printing would break the live line
     if resume:
         trainer.restore(log)
+    sinks = open_sinks(out, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
+                       config=cfg.model_dump(mode="json"), resume_from=trainer.state.step if resume else None)
     stopped_by = None
     clock = trainer.clock
     checkpointed_at = trainer.state.step if resume else -1
@@ -405,7 +411,9 @@ def run_train(
                     checkpointed_at = trainer.state.step
                 record["time/step"] += record["time/checkpoint"]
                 metrics.append(record)
-                log(_summary(record))
+                for sink in sinks:
+                    sink.write(record["step"], record)
+                progress.update(record)
                 if aborting:
                     raise TrainError(
                         f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
@@ -420,12 +428,8 @@ def run_train(
                 log(f"{stopped_by}: checkpointed at step {trainer.state.step}, policy version {clock.version}; "
                     f"continue with: sera train --resume {out}")
     finally:
+        for sink in sinks:
+            sink.close()
+        progress.close()
         asyncio.run(policy.close())
     return RunResult(steps=trainer.state.step, version=clock.version, stopped_by=stopped_by)
-
-
-def _summary(r: dict[str, Any]) -> str:
-    did = f"loss {r['loss']:.4g} grad_norm {r['grad_norm']:.3g}" if r["trained"] else f"skipped ({r['skip_reason']})"
-    extra = f", eval {r['eval/success']:.2f}" if "eval/success" in r else ""
-    return (f"step {r['step']} v{r['policy_version']} {r['stage']}: success {r['root_success']:.2f}, "
-            f"{r['trainable_datums']}/{r['datums']} trainable datums, {did}{extra}, {r['time/step']:.1f}s")

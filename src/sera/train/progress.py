@@ -10,6 +10,7 @@ step, so logs stay readable. It only reads the loop's per-step record:
 | version | `policy_version` (+1 when `trained`), over `total_versions` |
 | stage | `stage`, and `skipped` when the step was not trained |
 | success | `success` (tree metrics), else `root_success` |
+| loss, eval | `loss` of a trained step; `eval/success` when the step evaluated |
 | tok/s | generated tokens (`tokens/policy/completion`, else `tokens/act/completion`) / `time/step` |
 | ETA | versions left × mean wall seconds per update so far (skipped rounds' time included) |
 """
@@ -72,6 +73,10 @@ class Progress:
         success = record.get("success", record.get("root_success"))
         if isinstance(success, int | float):
             parts.append(f"success {success:.2f}")
+        if trained and isinstance(record.get("loss"), int | float):
+            parts.append(f"loss {record['loss']:.4g}")
+        if isinstance(record.get("eval/success"), int | float):
+            parts.append(f"eval {record['eval/success']:.2f}")
         tokens = next((record[k] for k in TOKEN_KEYS if isinstance(record.get(k), int | float)), None)
         if tokens is not None and wall > 0:
             parts.append(f"{tokens / wall:,.0f} tok/s")
