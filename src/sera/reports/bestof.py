@@ -16,7 +16,7 @@ COMPUTE: dict[str, tuple[str, ...]] = {
     "model calls": ("policy_calls", "rubric_calls", "score_calls"),
     "tokens": ("prompt_tokens", "completion_tokens", "rubric_completion_tokens", "score_completion_tokens"),
     "world clones": ("world_clones",),
-    "fork groups": ("fork_groups",),
+    "best-of candidates": ("best_of_candidates",),
     "judge calls": ("judge_calls",),
 }
 """Compute columns and the counters each sums."""
