@@ -163,6 +163,16 @@ def test_a_corrupt_tree_in_a_run_is_listed_and_the_rest_renders(tmp_path):
         ("rollouts/toy.0/0.json", 0, False), ("rollouts/toy.2/0.json", None, True), ("rollouts/toy.10/0.json", 1, False)]
 
 
+def test_a_tree_with_a_parent_cycle_is_unreadable_not_drawn(tmp_path):
+    tree = make_tree()
+    tree.nodes["n1"].parent_id, tree.nodes["n1"].fork_step = "n4", 0
+    tree.nodes["n4"].parent_id = "n1"  # n1 -> n4 -> n1: never reaches the root
+    (tmp_path / "a.json").write_text(make_tree().to_json())
+    (tmp_path / "b.json").write_text(tree.to_json())
+    result = write_view(tmp_path, tmp_path / "v.html")
+    assert result.trees == 1 and result.unreadable == [f"{tmp_path / 'b.json'}: broken tree: node 'n1' is not connected to the root 'n0'"]
+
+
 def test_trees_past_the_size_limit_are_listed_not_embedded(tmp_path):
     for k in range(3):
         (tmp_path / f"toy.{k}.json").write_text(make_tree().to_json())

@@ -36,6 +36,7 @@ _ANY_RUBRIC = RubricLimits(
 
 def tree_view(tree: RolloutTree) -> TreeView:
     """The view model of `tree`; raises ValueError when its node links are broken."""
+    _check_links(tree)
     live = tree.live_nodes()
     groups = {group.id: group for group in tree.fork_groups}
     kids: dict[str, list[str]] = {node_id: [] for node_id in tree.nodes}
@@ -75,6 +76,25 @@ def tree_view(tree: RolloutTree) -> TreeView:
         nodes=nodes,
         groups=[_group(group) for group in tree.fork_groups],
     )
+
+
+def _check_links(tree: RolloutTree) -> None:
+    """Every node must reach the root through its parents: the page draws the tree from the root
+    down and walks parent links up, so an orphan or a cycle would be lost or loop."""
+    if tree.root_id not in tree.nodes or tree.nodes[tree.root_id].parent_id is not None:
+        raise ValueError(f"root {tree.root_id!r} is not a node without a parent")
+    reaches_root = {tree.root_id}
+    for node in tree.nodes.values():
+        path: list[str] = []
+        current: AgentNode | None = node
+        while current is not None and current.id not in reaches_root:
+            if current.id in path or current.parent_id is None:
+                raise ValueError(f"node {node.id!r} is not connected to the root {tree.root_id!r}")
+            path.append(current.id)
+            current = tree.nodes.get(current.parent_id)
+        if current is None:
+            raise ValueError(f"node {path[-1]!r}: parent is not in the tree")
+        reaches_root.update(path)
 
 
 def _node(

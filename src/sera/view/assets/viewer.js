@@ -182,6 +182,7 @@
     if (row) treeHost.scrollIntoView({ block: "start" });
     if (history.replaceState) history.replaceState(null, "", "#tree=" + blockIndex);
     document.body.dataset.rendered = String(blockIndex);
+    document.body.dataset.renderedMs = performance.now().toFixed(1); // for benchmarks/viewer_load.py
   }
 
   function TreeState(data) {
@@ -231,6 +232,11 @@
     var dead = el("input"); dead.type = "checkbox"; dead.checked = true; dead.id = "show-uncommitted";
     var deadLabel = el("label", "small"); add(deadLabel, dead, " show uncommitted branches");
     add(tools, search, expand, collapse, deadLabel, status);
+    if (page.kind !== "tree") {
+      var back = el("button", null, "\u2191 index");
+      back.addEventListener("click", function () { app.scrollIntoView({ block: "start" }); });
+      add(tools, back);
+    }
     add(box, tools);
 
     var tree = el("div", "tree");
@@ -542,5 +548,6 @@
   else if (wanted && document.getElementById("sera-tree-" + wanted[1])) {
     openTree(Number(wanted[1]), indexRows.filter(function (tr, i) { return page.entries[i].block === Number(wanted[1]); })[0] || null);
   }
+  document.body.dataset.readyMs = performance.now().toFixed(1); // since navigation start
   document.body.dataset.ready = "1";
 })();
