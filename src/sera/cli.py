@@ -32,7 +32,9 @@ console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    # One line whatever the width (soft_wrap), and the message printed as is: it may hold brackets.
+    console.print("[red]error:[/red]", end=" ")
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -384,6 +386,7 @@ def train_command(
     out: Annotated[Path | None, typer.Option(help="Run directory: config.yaml, metrics.jsonl, rollouts/, checkpoints/.")] = None,
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory from its newest complete checkpoint.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the first cycle of stages; train nothing.")] = False,
+    fallback: Annotated[bool, typer.Option("--fallback", help="With --resume: if the newest checkpoint is corrupt, use the newest older one that is complete.")] = False,
 ) -> None:
     """Train a policy with RL (RAO / SERA): `sera train --config C --preset P --out DIR [key=value ...]`.
 
@@ -391,6 +394,7 @@ def train_command(
     continues a run; it refuses a changed config except `steps.max_steps`.
     """
     from sera.train.config import ConfigError, describe, load_config
+    from sera.train.checkpoint import CheckpointError, CheckpointWriteError
     from sera.train.loop import CONFIG_FILE, TrainError, run_train
 
     overrides = list(ctx.args)
@@ -420,8 +424,12 @@ def train_command(
     if resume is None and out is None:
         _fail("--out DIR is required")
     try:
-        result = run_train(cfg, resume or out, resume=resume is not None, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
-    except TrainError as exc:
+        result = run_train(cfg, resume or out, resume=resume is not None, allow_fallback=fallback,
+                           log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
+    except CheckpointError as exc:
+        _fail(str(exc))
+        raise
+    except (TrainError, CheckpointWriteError) as exc:
         _fail(str(exc))
         raise
     Console().print(f"trained {result.version} updates in {result.steps} steps under {resume or out}/"

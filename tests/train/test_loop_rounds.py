@@ -100,3 +100,22 @@ def test_metrics_lines_carry_tree_and_batch_metrics_and_reach_tensorboard(tmp_pa
     events.Reload()
     assert [e.step for e in events.Scalars("loss")] == [0, 1]
     assert [e.value for e in events.Scalars("loss")] == pytest.approx([line["loss"] for line in lines])
+
+
+def test_resume_names_a_corrupt_checkpoint_and_falls_back_only_when_asked(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sera.cli import app
+
+    out = tmp_path / "run"
+    run(out, "max_steps=4", "checkpoint.every=2", "checkpoint.keep_last=2")
+    newest = sorted((out / "checkpoints").glob("step_*"))[-1]
+    (newest / "learner.pt").write_bytes(b"torn")
+    result = CliRunner().invoke(app, ["train", "--resume", str(out), "max_steps=6"])
+    assert result.exit_code == 2
+    assert f"{newest.name}/learner.pt" in result.output and "--fallback" in result.output
+    result = CliRunner().invoke(app, ["train", "--resume", str(out), "max_steps=6", "--fallback"])
+    assert result.exit_code == 0, result.output
+    assert "falling back to step_000002" in result.output
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == list(range(6)) and lines[-1]["policy_version"] == 5

@@ -375,7 +375,7 @@ def load_latest(ckpt_dir: str | Path, *, allow_fallback: bool = False) -> Checkp
         except CheckpointError as exc:
             problem = str(exc)
     if not allow_fallback:
-        raise CheckpointError(f"{problem}; pass allow_fallback=True (--resume-fallback) to use the previous complete one")
+        raise CheckpointError(f"{problem}; pass allow_fallback=True (sera train --resume DIR --fallback) to use the previous complete one")
     limit = _step_of(ckpt_dir / name) if name else None
     for path in reversed(candidates):
         if path.name == name or (limit is not None and _step_of(path) >= limit):

@@ -316,10 +316,13 @@ class Trainer:
                         round=self.state.step, keep_last=self.cfg.checkpoint.keep_last)
         return time.perf_counter() - start
 
-    def restore(self, log: Callable[[str], None]) -> None:
+    def restore(self, log: Callable[[str], None], *, allow_fallback: bool = False) -> None:
         """Continue from the newest complete checkpoint (or from scratch when there is none),
-        dropping what later steps left."""
-        ckpt = load_latest(self.out / CKPT_DIR)
+        dropping what later steps left; a corrupt newest one is an error unless `allow_fallback`
+        (then the newest older one that validates is used, and said)."""
+        ckpt = load_latest(self.out / CKPT_DIR, allow_fallback=allow_fallback)
+        if ckpt is not None and ckpt.fell_back_from:
+            log(f"the newest checkpoint is unusable ({ckpt.fell_back_from}); falling back to {ckpt.path.name}")
         if ckpt is None:
             trim_past(self.out, 0, 0)
             return
@@ -357,10 +360,11 @@ def make_evaluator(cfg: TrainConfig, spec: EnvSpec, policy: Any, out: Path) -> C
 
 def run_train(
     cfg: TrainConfig | None, out: str | Path, *, resume: bool = False, tree_policy: TreePolicy | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, allow_fallback: bool = False,
 ) -> RunResult:
     """Train `cfg` into `out` (or resume the run there, with `cfg` None or a config that differs
-    only in `RESUMABLE_KEYS`)."""
+    only in `RESUMABLE_KEYS`; `allow_fallback`: resume from an older checkpoint when the newest
+    is corrupt)."""
     out = Path(out)
     cfg = prepare_run(out, cfg, resume=resume)
     spec = get_env(cfg.environment.name)
@@ -390,7 +394,7 @@ def run_train(
     if progress.interactive:
         log = progress.log  # printing would break the live line
     if resume:
-        trainer.restore(log)
+        trainer.restore(log, allow_fallback=allow_fallback)
     sinks = open_sinks(out, tensorboard=cfg.logging.tensorboard, wandb_project=cfg.logging.wandb_project,
                        config=cfg.model_dump(mode="json"), resume_from=trainer.state.step if resume else None)
     stopped_by = None
