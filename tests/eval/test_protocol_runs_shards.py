@@ -265,3 +265,15 @@ def test_a_killed_shard_resumes_when_rerun(tmp_path):
     assert _eval(out, "--shard", "1/2", *EASY, "--limit", "4").exit_code == 0
     merged = runner.invoke(app, ["eval", "--merge", "--out", str(out)])
     assert merged.exit_code == 0 and json.loads((out / "summary.json").read_text())["overall"]["tasks"] == 4
+
+
+def test_runs_of_shards_merge_run_by_run(tmp_path):
+    out = tmp_path / "rs"
+    for shard in ("0/2", "1/2"):
+        assert _eval(out, "--runs", "2", "--shard", shard, *EASY, "--limit", "3").exit_code == 0
+    assert (out / "runs" / "r1" / "shards" / "1-of-2" / "shard.json").is_file()
+    merged = runner.invoke(app, ["eval", "--merge", "--out", str(out)])
+    assert merged.exit_code == 0, merged.output
+    agg = json.loads((out / "summary.json").read_text())
+    assert agg["kind"] == "runs" and [r["seed"] for r in agg["runs"]] == [0, 1] and agg["overall"]["tasks"] == 3
+    assert json.loads((out / "runs" / "r1" / "summary.json").read_text())["overall"]["tasks"] == 3

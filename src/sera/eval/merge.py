@@ -93,7 +93,12 @@ def merge(out_dir: Path, sources: Sequence[Path] = ()) -> MergeResult:
             raise ShardError(f"--merge-from {root}: no such folder")
     if any((root / RUNS).is_dir() for root in roots):
         names = sorted({d.name for root in roots for d in run_dirs(root)}, key=lambda n: int(n[1:]))
-        merged = [(out_dir / RUNS / name, merge_run(out_dir / RUNS / name, [r / RUNS / name for r in roots])) for name in names]
+        merged = []
+        for name in names:
+            try:
+                merged.append((out_dir / RUNS / name, merge_run(out_dir / RUNS / name, [r / RUNS / name for r in roots])))
+            except ShardError as exc:  # say which run of the set
+                raise ShardError(f"{RUNS}/{name}: {exc}") from None
         seeds = [s.seed or 0 for _, s in merged]
         aggregate = write_runs_summary(out_dir, [s for _, s in merged], [d for d, _ in merged], seeds)
         return MergeResult(merged, aggregate)
