@@ -148,6 +148,8 @@ class ModelCall(Record):
     """True when an external model (not the policy) answered; such calls are never trained."""
     policy_version: int | None = None
     """The policy version whose weights answered (training); None otherwise or when external."""
+    seconds: float = 0.0
+    """Wall seconds the call took (waiting included; concurrent calls overlap)."""
 
 
 class AgentNode(Record):

@@ -119,6 +119,9 @@ def test_hand_built_trees():
         "calls/rubric_external": 1, "tokens/rubric_external/prompt": 70, "tokens/rubric_external/completion": 0,
         "calls/score_external": 0, "tokens/score_external/prompt": 0, "tokens/score_external/completion": 0,
         "tokens/policy/prompt": 290, "tokens/policy/completion": 40,
+        # hand-built calls carry no timing
+        "call_seconds/rubric": 0.0, "call_seconds/score": 0.0, "call_seconds/rubric_external": 0.0,
+        "call_seconds/score_external": 0.0,
         "tree_seconds/mean": 2.0, "tree_seconds/max": 4.0,
         # every step of every node: policy 1 + .5 + .25 and 1 + 1 + (.5 + .25 + .5 + .5 + .5) + .25;
         # env .5 + .25 and (.5 + .25 + .5 + .5 + .5) + .25, the launching steps (5, 3, 2) left out

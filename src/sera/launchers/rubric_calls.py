@@ -9,6 +9,7 @@ the credit rules decide what an invalid rubric or score means (sera-spec §4.3, 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -93,6 +94,7 @@ def _call_record(role: CallRole, messages: list[Message], sampling: SamplingPara
 
 
 async def _ask_policy(policy: Policy, role: CallRole, messages: list[Message], sampling: SamplingParams) -> ModelCall:
+    start = time.perf_counter()
     try:
         completion = await policy(messages, sampling)
     except Exception as exc:  # a failed call is data (counted, the child dropped), not a crash
@@ -101,8 +103,9 @@ async def _ask_policy(policy: Policy, role: CallRole, messages: list[Message], s
             prompt_messages=messages,
             temperature=sampling.temperature,
             error=f"policy call failed: {type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - start,
         )
-    return _call_record(role, messages, sampling, completion)
+    return _call_record(role, messages, sampling, completion).model_copy(update={"seconds": time.perf_counter() - start})
 
 
 def _parsed(call: ModelCall, parse: Callable[[], Rubric]) -> WrittenRubric:
@@ -178,10 +181,11 @@ class ExternalRubricWriter:
 
     async def write(self, context: RubricContext) -> WrittenRubric:
         messages = build_rubric_messages(context, self.limits)
+        start = time.perf_counter()
         reply = await self.client.complete_json(messages, role="rubric", operation="write_rubric")
         call = ModelCall(
             role="rubric", prompt_messages=messages, completion_text=reply.raw_text or "",
-            usage=reply.usage, external=True, error=reply.error,
+            usage=reply.usage, external=True, error=reply.error, seconds=time.perf_counter() - start,
         )
         if not reply.valid:
             return WrittenRubric(None, call, reply.error)
@@ -197,10 +201,12 @@ class ExternalRubricScorer:
 
     async def score(self, rubric: Rubric, child: AgentNode) -> ScoredChild:
         messages = _scoring_messages(rubric, child)
+        start = time.perf_counter()
         reply = await self.client.complete_json(messages, role="score", operation="score_child", temperature=0.0)
         call = ModelCall(
             role="score", prompt_messages=messages, completion_text=reply.raw_text or "",
             usage=reply.usage, temperature=0.0, external=True, error=reply.error,
+            seconds=time.perf_counter() - start,
         )
         if not reply.valid:
             return ScoredChild(None, None, call, reply.error)

@@ -246,7 +246,8 @@ def cost_metrics(trees: Sequence[RolloutTree]) -> Metrics:
     (`calls/rubric`, `calls/score`, `tokens/{rubric,score}/{prompt,completion}`, the same with
     `_external` for calls an external model answered); all policy tokens `tokens/policy/...`;
     `calls/verifier`, `calls/judge`, `tokens/judge/...`, `world_clones`; every other counter as
-    `counters/<name>`. Wall time: `tree_seconds/{mean,max}`, and agent-seconds summed over agents
+    `counters/<name>`. Wall time: `call_seconds/{rubric,score}[_external]` (summed over calls,
+    which overlap when concurrent), `tree_seconds/{mean,max}`, and agent-seconds summed over agents
     (concurrent agents overlap): `agent_seconds/policy` (waiting for the policy) and
     `agent_seconds/env` (executing actions, steps that launched a child left out: their time
     includes the child's whole run)."""
@@ -260,6 +261,7 @@ def cost_metrics(trees: Sequence[RolloutTree]) -> Metrics:
             out[f"calls/{key}"] = len(calls)
             out[f"tokens/{key}/prompt"] = sum(c.usage.prompt_tokens for c in calls)
             out[f"tokens/{key}/completion"] = sum(c.usage.completion_tokens for c in calls)
+            out[f"call_seconds/{key}"] = sum(c.seconds for c in calls)
     for part in ("prompt", "completion"):
         out[f"tokens/policy/{part}"] = sum(int(out[f"tokens/{role}/{part}"]) for role in ("act", "rubric", "score"))
     walls = [t.wall_time_s for t in trees]
