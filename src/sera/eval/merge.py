@@ -78,9 +78,14 @@ class MergeResult:
 
 @dataclass(frozen=True)
 class _Shard:
+    """One shard found for a merge."""
+
     dir: Path
+    """Its run directory (`<root>/shards/<i>-of-<n>`)."""
     record: ShardRecord
+    """Its `shard.json`."""
     fingerprint: RunFingerprint
+    """Its `run.json`."""
 
 
 def merge(out_dir: Path, sources: Sequence[Path] = ()) -> MergeResult:
