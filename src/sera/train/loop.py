@@ -60,7 +60,7 @@ from sera.train.setup import (
     eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
 )
 from sera.train.stage_data import build_batch
-from sera.train.weight_sync import SharedModuleSync, WeightSync
+from sera.train.weight_sync import BF16_BOUND, FP32_BOUND, SharedModuleSync, WeightSync
 from sera.types import RolloutTree, Task
 
 __all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "RunResult", "TrainError", "run_train"]
@@ -385,7 +385,7 @@ def run_train(
         tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
         sampler=Sampler(cfg, make_collector(cfg, spec, policy, make_judge(cfg)), policy,
                         tree_policy or default_tree_policy, inflight),
-        sync=SharedModuleSync(policy, lambda: inflight.count), clock=StageClock(cfg.resolved_method().stage_schedule),
+        sync=SharedModuleSync(policy, lambda: inflight.count, BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND), clock=StageClock(cfg.resolved_method().stage_schedule),
         state=LoopState(), inflight=inflight,
         evaluator=make_evaluator(cfg, spec, policy, out) if cfg.eval.every else None,
     )
