@@ -61,6 +61,10 @@ class ModelConfig(_Section):
     """LoRA alpha (used only with `finetune: lora`)."""
     gradient_checkpointing: bool = True
     """Recompute activations in the backward pass (saves memory on long datums)."""
+    microbatch_tokens: int = Field(60000, ge=1)
+    """Token budget of one learner micro-batch (rows x longest row, padding included; the
+    paper's 60,000). Activation memory grows with it: SmolLM2-135M in fp32 without gradient
+    checkpointing needs about 2.6 MB per token, so a CPU run keeps it near one datum."""
 
 
 class OptimizerConfig(_Section):

@@ -40,6 +40,7 @@ def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> To
         loss=loss.name, loss_options=options, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
         max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
         device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
+        max_tokens_per_microbatch=cfg.model.microbatch_tokens,
         pad_id=tokenizer.pad_token_id or 0,
     ), tokenizer=tokenizer)
 
