@@ -130,7 +130,7 @@ class Round:
     """The task cursor after this round."""
 
 
-class Sampler:
+class TreeSampler:
     """Samples the K trees of tasks for one round with the collector, `concurrency` at once."""
 
     def __init__(self, cfg: TrainConfig, collector: Collector, policy: Any, tree_policy: TreePolicy,
@@ -156,7 +156,7 @@ class Sampler:
         return [list(flat[i * K:(i + 1) * K]) for i in range(len(tasks))]
 
 
-def sample_round(cfg: TrainConfig, state: LoopState, tasks: list[Task], sampler: Sampler, stage: str, version: int,
+def sample_round(cfg: TrainConfig, state: LoopState, tasks: list[Task], sampler: TreeSampler, stage: str, version: int,
                  method: Method, env: EnvTraining, decode: Callable[..., str]) -> Round:
     """The first draw of `batch_tasks` tasks and, when zero-variance tasks are dropped and refilled,
     up to `steps.max_refill_waves` waves replacing the unusable ones with new tasks."""
@@ -215,19 +215,33 @@ class Trainer:
     """The parts of a run; `step()` does one round."""
 
     cfg: TrainConfig
+    """The resolved config."""
     out: Path
+    """The run directory."""
     spec: EnvSpec
+    """The environment."""
     method: Method
+    """Credit rules and schedule (`cfg.resolved_method()`)."""
     env_training: EnvTraining
+    """The environment's credit settings, with `steps.zero_variance` applied."""
     tasks: list[Task]
+    """The training tasks the cursor walks."""
     learner: TorchLearner
+    """The learner (its module is also the sampler's)."""
     tokenizer: Any
-    sampler: Sampler
+    """The model's tokenizer (credit decodes launch spans with it)."""
+    sampler: TreeSampler
+    """Samples a round's trees."""
     sync: WeightSync
+    """Brings the sampler to the new weights after an update, with the canary."""
     clock: StageClock
+    """Stage by policy version."""
     state: LoopState
+    """Step, cursor and skip counters."""
     inflight: InFlight
+    """Sampler calls in flight (must be 0 during an update)."""
     evaluator: Callable[[int], dict[str, Any]] | None
+    """Periodic evaluation of a version, returning its metrics; None when `eval.every` is 0."""
 
     def step(self) -> dict[str, Any]:
         """One round: sample, credit, maybe update, sync and evaluate; advances `state` and
@@ -383,7 +397,7 @@ def run_train(
     trainer = Trainer(
         cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
         tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
-        sampler=Sampler(cfg, make_collector(cfg, spec, policy, make_judge(cfg)), policy,
+        sampler=TreeSampler(cfg, make_collector(cfg, spec, policy, make_judge(cfg)), policy,
                         tree_policy or default_tree_policy, inflight),
         sync=SharedModuleSync(policy, lambda: inflight.count, BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND), clock=StageClock(cfg.resolved_method().stage_schedule),
         state=LoopState(), inflight=inflight,
