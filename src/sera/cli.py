@@ -387,6 +387,7 @@ def train_command(
     resume: Annotated[Path | None, typer.Option(help="Continue the run in this directory from its newest complete checkpoint.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the first cycle of stages; train nothing.")] = False,
     fallback: Annotated[bool, typer.Option("--fallback", help="With --resume: if the newest checkpoint is corrupt, use the newest older one that is complete.")] = False,
+    init_from: Annotated[Path | None, typer.Option("--init-from", help="Start from the weights of the newest checkpoint of this sera sft (or sera train) run directory; fresh optimizer.")] = None,
 ) -> None:
     """Train a policy with RL (RAO / SERA): `sera train --config C --preset P --out DIR [key=value ...]`.
 
@@ -396,6 +397,7 @@ def train_command(
     from sera.train.config import ConfigError, describe, load_config
     from sera.train.checkpoint import CheckpointError, CheckpointWriteError
     from sera.train.loop import CONFIG_FILE, TrainError, run_train
+    from sera.train.sft import InitFromError
 
     overrides = list(ctx.args)
     bad = [a for a in overrides if "=" not in a]
@@ -424,8 +426,13 @@ def train_command(
     if resume is None and out is None:
         _fail("--out DIR is required")
     try:
-        result = run_train(cfg, resume or out, resume=resume is not None, allow_fallback=fallback,
+        if init_from is not None and resume is not None:
+            _fail("--init-from starts a new run; a resumed run keeps the weights of its checkpoint (drop --init-from)")
+        result = run_train(cfg, resume or out, resume=resume is not None, allow_fallback=fallback, init_from=init_from,
                            log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
+    except InitFromError as exc:
+        _fail(str(exc))
+        raise
     except CheckpointError as exc:
         _fail(str(exc))
         raise
@@ -486,6 +493,39 @@ def view_command(
     typer.echo(f"wrote {result.path} ({result.trees} trees, {result.size / 2**20:.1f} MB{skipped})")
     if result.unreadable or result.skipped:
         raise typer.Exit(code=1)
+
+
+@app.command("sft", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def sft_command(
+    ctx: typer.Context,
+    config: Annotated[Path, typer.Option(help="Run config, e.g. configs/textcraft-synth/sera.yaml (the one sera train --init-from will use).")],
+    out: Annotated[Path, typer.Option(help="Run directory: config.yaml, metrics.jsonl, demos/, checkpoints/.")],
+    preset: Annotated[str | None, typer.Option(help="Scale preset beneath the config: paper, cpu or tiny.")] = None,
+) -> None:
+    """Supervised warm start on the scripted expert's demonstrations: `sera sft --config C --preset P --out DIR KEY=VALUE ...`.
+
+    Extra arguments are config overrides (`sft.train_tasks=16`, `sft.val_tasks=4`, `sft.epochs=2`,
+    `sft.batch_datums=8`, `optimizer.lr=1e-5`). Then: `sera train --init-from DIR ...`, or
+    `sera eval --policy hf --model DIR`.
+    """
+    from sera.train.checkpoint import CheckpointWriteError
+    from sera.train.config import ConfigError, load_config
+    from sera.envs.selection import TaskSelectionError
+    from sera.train.sft import run_sft
+    from sera.train.run_dir import TrainError
+
+    overrides = list(ctx.args)
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        _fail(f"unexpected argument(s) {bad}; overrides are key=value (e.g. sft.epochs=3)")
+    try:
+        cfg = load_config(config, preset=preset, overrides=overrides, host=True)
+        result = run_sft(cfg, out, log=lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True))
+    except (ConfigError, TrainError, CheckpointWriteError, TaskSelectionError) as exc:  # SftError is a TrainError
+        _fail(str(exc))
+        raise
+    Console().print(f"SFT: {result.steps} steps on {result.train_datums} datums; held-out NLL {result.nll_before:.4f} -> "
+                    f"{result.nll_after:.4f} nats/token; checkpoint {result.checkpoint}", soft_wrap=True)
 
 
 def main() -> None:

@@ -255,6 +255,25 @@ class LoggingConfig(_Section):
     """Weights & Biases project; null: no W&B."""
 
 
+class SftConfig(_Section):
+    """`sera sft`: supervised warm start on the scripted expert's demonstrations (unused by `sera train`)."""
+
+    epochs: int = Field(2, ge=1)
+    """Passes over the demonstration datums."""
+    train_tasks: int = Field(16, ge=1)
+    """Training tasks demonstrated (a seeded sample of the selected training tasks)."""
+    val_tasks: int = Field(4, ge=1)
+    """Held-out tasks (the first ones of `sft.val_split`, same difficulty) whose demonstrations give the held-out NLL."""
+    val_split: str | None = None
+    """The held-out split; null: `val`, else `dev`, whichever the environment has."""
+    batch_datums: int = Field(8, ge=1)
+    """Datums per optimizer step (seeded shuffle each epoch)."""
+    max_calls_per_agent: int | None = Field(None, ge=1)
+    """The expert's call budget per agent; null: `rollout.max_calls_per_agent`."""
+    rubric_demos: bool = True
+    """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
+
+
 class TrainConfig(_Section):
     """Everything `sera train` needs, validated as a whole."""
 
@@ -282,6 +301,8 @@ class TrainConfig(_Section):
     """The external judge; null where the method needs none."""
     logging: LoggingConfig = LoggingConfig()
     """Metric sinks."""
+    sft: SftConfig = SftConfig()
+    """`sera sft` only: demonstrations, epochs, held-out tasks."""
     seed: int = 0
     """Run seed (tree seeds and task order derive from it)."""
 
@@ -350,6 +371,8 @@ def _check_environment(cfg: TrainConfig) -> None:
         raise ValueError(f"environment.rules={e.rules!r}: {e.name} has {known}")
     if cfg.eval.every and cfg.eval.split not in env.splits:
         raise ValueError(f"eval.split={cfg.eval.split!r}: {e.name} has splits {list(env.splits)}")
+    if cfg.sft.val_split is not None and cfg.sft.val_split not in env.splits:
+        raise ValueError(f"sft.val_split={cfg.sft.val_split!r}: {e.name} has splits {list(env.splits)}")
 
 
 def _with_suggestion(message: str, method: MethodConfig) -> str:

@@ -374,20 +374,33 @@ def make_evaluator(cfg: TrainConfig, spec: EnvSpec, policy: Any, out: Path) -> C
 
 def run_train(
     cfg: TrainConfig | None, out: str | Path, *, resume: bool = False, tree_policy: TreePolicy | None = None,
-    log: Callable[[str], None] = print, allow_fallback: bool = False,
+    log: Callable[[str], None] = print, allow_fallback: bool = False, init_from: str | Path | None = None,
 ) -> RunResult:
     """Train `cfg` into `out` (or resume the run there, with `cfg` None or a config that differs
     only in `RESUMABLE_KEYS`; `allow_fallback`: resume from an older checkpoint when the newest
-    is corrupt)."""
+    is corrupt). `init_from`: a `sera sft` (or `sera train`) run directory whose newest
+    checkpoint's weights start the run, with a fresh optimizer (recorded in `init_from.json`;
+    a resumed run re-reads it only while it has no checkpoint of its own)."""
+    from sera.train.sft import INIT_FILE, load_init
+
     out = Path(out)
+    init = None
+    if init_from is not None and not resume:
+        assert cfg is not None
+        init = load_init(init_from, cfg)  # before the run directory exists: a bad folder leaves nothing behind
     cfg = prepare_run(out, cfg, resume=resume)
+    if init is not None:
+        (out / INIT_FILE).write_text(json.dumps(init[2], indent=1), encoding="utf-8")
+        log(f"weights from {init[2]['identity']} in {init[2]['path']}; fresh optimizer")
+    elif resume and (out / INIT_FILE).is_file() and not (out / CKPT_DIR / "latest").is_file():
+        init = load_init(json.loads((out / INIT_FILE).read_text(encoding="utf-8"))["path"], cfg)
     spec = get_env(cfg.environment.name)
     env_training = spec.training
     if cfg.steps.zero_variance is not None:
         env_training = replace(env_training, filter_zero_variance=cfg.steps.zero_variance == "drop_refill")
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    model, tokenizer = load_model(cfg)
+    model, tokenizer = load_model(cfg) if init is None else init[:2]
     learner = make_learner(cfg, model, tokenizer)
     from sera.policy.transformers_sampler import TransformersSampler
 
