@@ -1,0 +1,170 @@
+"""`sera sft`: expert demonstrations -> datums -> SFT epochs, held-out NLL, checkpoints, `--init-from`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from sera.cli import app
+from sera.envs.registry import get_env
+from sera.testing.tiny import tiny_model_and_tokenizer
+from sera.train.checkpoint import load_latest, save_checkpoint
+from sera.train.config import ConfigError, dump_config, load_config
+from sera.train.loop import run_train
+from sera.train.setup import load_model, make_learner, training_tasks
+from sera.train.sft import INIT_FILE, InitFromError, SftError, demonstrations, load_init, run_sft
+
+LETTERS = "configs/letters/rao.yaml"
+SFT_KEYS = ["sft.train_tasks=8", "sft.val_tasks=3", "sft.epochs=2", "sft.batch_datums=4", "optimizer.lr=1e-3"]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("sft") / "run"
+    cfg = load_config(LETTERS, overrides=SFT_KEYS)
+    return out, run_sft(cfg, out, log=_quiet)
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_heldout_nll_falls_and_run_dir_has_train_layout(sft_run) -> None:
+    out, result = sft_run
+    lines = _lines(out)
+    evals = [line for line in lines if line["kind"] == "eval"]
+    trains = [line for line in lines if line["kind"] == "train"]
+    assert [e["epoch"] for e in evals] == [0, 1, 2]
+    assert evals[0]["step"] == 0 and evals[0]["loss"] is None
+    assert evals[2]["heldout_nll"] < evals[1]["heldout_nll"] < evals[0]["heldout_nll"]
+    assert result.nll_after == evals[2]["heldout_nll"] and result.nll_before == evals[0]["heldout_nll"]
+    assert len(trains) == result.steps == 4  # 8 datums in batches of 4, 2 epochs
+    assert [t["step"] for t in trains] == [1, 2, 3, 4]
+    for line in trains:
+        assert {"epoch", "step", "loss", "heldout_nll", "trained_tokens", "tokens"} <= set(line)
+        assert line["trained_tokens"] > 0 and line["loss"] > 0
+    # sera train's layout: config.yaml that loads back, checkpoints/ with learner.pt holding weights
+    assert load_config(out / "config.yaml") == load_config(LETTERS, overrides=SFT_KEYS)
+    ckpt = load_latest(out / "checkpoints")
+    assert ckpt is not None and ckpt.step == 4
+    state = torch.load(ckpt.file("learner.pt"), weights_only=True)
+    assert state["steps"] == 4 and state["weights"]
+    assert sorted(p.name for p in (out / "demos" / "train").iterdir())[:1]
+    from sera.policy.checkpoint_model import resolve
+
+    source = resolve(str(out))  # what sera eval --policy hf --model OUT loads
+    assert source is not None and source.base == "tiny" and source.path == ckpt.path
+
+
+def test_masks_train_only_expert_completions() -> None:
+    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny", overrides=["sft.max_calls_per_agent=6"])
+    spec = get_env(cfg.environment.name)
+    _, tokenizer = load_model(cfg)
+    tasks = [t for t in training_tasks(cfg, spec) if t.id in ("textcraft_synth.train.6", "textcraft_synth.train.8")]
+    demos = demonstrations(cfg, spec, tasks, tokenizer)
+    assert demos.counts["successful_trees"] == 2
+    stages = demos.by_stage()
+    assert stages["rubric_generation"] == stages["rubric_scoring"] == 3  # one of each per delegated child
+    trees = {t.task_id: t for t in demos.trees}
+    depths = set()
+    for datum in demos.datums:
+        tree = trees[datum.trajectory_id.split("/")[0]]
+        node = tree.nodes[datum.node_id]
+        trained = [tok for tok, m in zip(datum.tokens, datum.mask) if m]
+        assert not datum.mask[0]
+        if datum.stage == "execution":
+            depths.add(datum.depth)
+            expected = [tok for i in datum.steps for tok in node.steps[i].completion_token_ids]
+            assert trained == expected  # exactly the expert's completions, nothing of the prompts
+            text = tokenizer.decode(trained)
+            assert all(node.steps[i].completion_text in text for i in datum.steps)
+        else:
+            call = node.rubric_call if datum.stage == "rubric_generation" else node.score_call
+            assert trained == call.completion_token_ids
+            assert list(datum.tokens[: len(call.prompt_token_ids)]) == call.prompt_token_ids
+    assert depths == {0, 1}
+    root_text = "".join(s.completion_text for s in trees["textcraft_synth.train.8"].nodes["n0"].steps)
+    assert "launch_subagent" in root_text  # delegating replies are demonstrated too
+
+
+def test_no_successful_demonstration_is_one_line_error(tmp_path: Path) -> None:
+    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny",
+                      overrides=["sft.max_calls_per_agent=1", "sft.train_tasks=2", "sft.val_tasks=1"])
+    with pytest.raises(SftError, match="no successful demonstration") as err:
+        run_sft(cfg, tmp_path / "run", log=_quiet)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_sft_config_is_validated() -> None:
+    with pytest.raises(ConfigError, match="unknown key 'sft.epoch'"):
+        load_config(LETTERS, overrides=["sft.epoch=2"])
+    with pytest.raises(ConfigError, match="sft.val_split='test'"):
+        load_config(LETTERS, overrides=["sft.val_split=test"])
+    with pytest.raises(ConfigError, match="sft.batch_datums"):
+        load_config(LETTERS, overrides=["sft.batch_datums=0"])
+
+
+def test_init_from_loads_sft_weights_with_fresh_optimizer(sft_run, tmp_path: Path) -> None:
+    out, _ = sft_run
+    cfg = load_config(LETTERS, overrides=["max_steps=1", "batch_tasks=2", "K=2"])
+    saved = torch.load(load_latest(out / "checkpoints").file("learner.pt"), weights_only=True)
+    model, tokenizer, record = load_init(out, cfg)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, saved["weights"][name]), name
+    learner = make_learner(cfg, model, tokenizer)
+    assert learner.steps == 0 and not learner.optimizer.state_dict()["state"]
+    assert record["identity"].startswith("step_000004 learner.pt sha256:")
+
+    run = tmp_path / "rl"
+    result = run_train(cfg, run, init_from=out, log=_quiet)
+    assert result.version == 1
+    assert json.loads((run / INIT_FILE).read_text())["path"] == str(out.resolve())
+    state = torch.load(load_latest(run / "checkpoints").file("learner.pt"), weights_only=True)
+    assert state["steps"] == 1  # counted from 0, not from the SFT run's 4 steps
+    assert all(float(s["step"]) == 1 for s in state["optimizer"]["state"].values())
+
+
+def test_init_from_bad_folders(sft_run, tmp_path: Path) -> None:
+    out, _ = sft_run
+    cfg = load_config(LETTERS, overrides=["max_steps=1"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "checkpoints").mkdir()
+    with pytest.raises(InitFromError, match="holds no checkpoint"):
+        run_train(cfg, tmp_path / "a", init_from=empty, log=_quiet)
+    assert not (tmp_path / "a").exists()
+
+    other = tmp_path / "other"  # a checkpoint whose run trained another model
+    shutil.copytree(out, other)
+    data = yaml.safe_load((other / "config.yaml").read_text())
+    data["model"]["name"] = "smollm2"
+    (other / "config.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(InitFromError, match=r"learner\.pt holds weights of model 'smollm2'.*model\.name='tiny'") as err:
+        load_init(other, cfg)
+    assert "\n" not in str(err.value)
+
+    wrong = tmp_path / "wrong"  # the same model name, weights of another shape
+    wrong.mkdir()
+    (wrong / "config.yaml").write_text(dump_config(cfg))
+    small, _ = tiny_model_and_tokenizer(hidden_size=32)
+    weights = {"lora": False, "weights": small.state_dict(), "steps": 1}
+    save_checkpoint(wrong / "checkpoints", {"learner.pt": lambda f: torch.save(weights, f)}, step=1, version=1, round=1)
+    with pytest.raises(InitFromError, match=r"learner\.pt.*do not fit") as err:
+        load_init(wrong, cfg)
+    assert "\n" not in str(err.value)
+
+    result = CliRunner().invoke(app, ["train", "--config", LETTERS, "--out", str(tmp_path / "b"),
+                                      "--init-from", str(other)])
+    assert result.exit_code == 2 and "smollm2" in result.output
+    assert not (tmp_path / "b").exists()
