@@ -155,18 +155,25 @@ def tree_datums(tree: RolloutTree, env: EnvTraining, *, key: str, counts: Counte
         if node.parent_id is None:
             continue
         parent = tree.nodes[node.parent_id]
-        call_datum = lambda call, stage: model_call_datum(  # noqa: E731
-            call, 1.0, trajectory_id=f"{key}/{node_id}/{stage}", node_id=node_id, depth=parent.depth, stage=stage)
+        calls = []
         if node.rubric_call is not None and node.rubric is not None and not node.rubric_call.external:
-            datums.append(call_datum(node.rubric_call, "rubric_generation"))
-            counts["rubric_calls"] += 1
-        gate = (node.rubric_assessment or {}).get("success")
+            calls.append((node.rubric_call, "rubric_generation", "rubric_calls"))
         if node.score_call is not None and node.rubric_score is not None and not node.score_call.external:
-            if isinstance(gate, bool) and gate == bool(node.verified_success):
-                datums.append(call_datum(node.score_call, "rubric_scoring"))
-                counts["score_calls"] += 1
+            gate = (node.rubric_assessment or {}).get("success")
+            if node.verified_success is None:
+                counts["score_calls_unverified"] += 1  # no verifier to check the scorer against
+            elif isinstance(gate, bool) and gate == node.verified_success:
+                calls.append((node.score_call, "rubric_scoring", "score_calls"))
             else:
                 counts["score_calls_disagreeing"] += 1
+        for call, stage, counter in calls:
+            try:
+                datums.append(model_call_datum(call, 1.0, trajectory_id=f"{key}/{node_id}/{stage}", node_id=node_id,
+                                               depth=parent.depth, stage=stage))
+            except MissingTokensError:
+                counts[f"{counter}_without_token_ids"] += 1
+                continue
+            counts[counter] += 1
     return datums
 
 
