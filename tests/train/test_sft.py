@@ -67,7 +67,7 @@ def test_heldout_nll_falls_and_run_dir_has_train_layout(sft_run) -> None:
 
 
 def test_masks_train_only_expert_completions() -> None:
-    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny", overrides=["sft.max_calls_per_agent=6"])
+    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny")  # the preset's sft.max_calls_per_agent: 6
     spec = get_env(cfg.environment.name)
     _, tokenizer = load_model(cfg)
     tasks = [t for t in training_tasks(cfg, spec) if t.id in ("textcraft_synth.train.6", "textcraft_synth.train.8")]
@@ -104,6 +104,10 @@ def test_no_successful_demonstration_is_one_line_error(tmp_path: Path) -> None:
         run_sft(cfg, tmp_path / "run", log=_quiet)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()
+    result = CliRunner().invoke(app, ["sft", "--config", "configs/textcraft-synth/sera.yaml", "--preset", "tiny",
+                                      "--out", str(tmp_path / "cli"), "sft.max_calls_per_agent=1", "sft.train_tasks=2"])
+    assert result.exit_code == 2 and "no successful demonstration" in result.output
+    assert not (tmp_path / "cli").exists()
 
 
 def test_sft_config_is_validated() -> None:
