@@ -58,7 +58,7 @@ def test_textworld_macro_average(report):
     close(row["overall"], (1 + 4 / 5) / 2, (1 - 4 / 5) / math.sqrt(2))
     close(row["bands"]["easy"], 0.75, 0.5 / math.sqrt(2))
     macro1 = (0.5 + 1 + 1 + 1) / 4  # differs from the pooled 4/5: every band weighs the same
-    assert row["headline_rule"] == "macro" and row["headline_bands"] == ["easy", "medium", "hard", "extreme"]
+    assert row["headline_rule"] == "four-band macro average" and row["headline_bands"] == ["easy", "medium", "hard", "extreme"]
     close(row["headline"], (1 + macro1) / 2, (1 - macro1) / math.sqrt(2))
 
 

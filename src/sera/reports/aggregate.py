@@ -28,14 +28,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sera.eval.aggregate import HEADLINE_WEIGHTS as HEADLINE
 from sera.eval.summary import DIFFICULTY_ORDER, GroupResult
 from sera.reports.records import EvalRun, Problem
 
-HEADLINE: dict[str, tuple[str, dict[str, int]]] = {
-    "textcraft-synth": ("task-weighted", {"easy": 147, "medium": 213, "hard": 136, "extreme": 136}),
-    "textworld-sync": ("macro", {band: 1 for band in DIFFICULTY_ORDER}),
-}
-"""Environment -> (name of its headline rule, weight of each band), sera-spec §8.2 and §10."""
+# HEADLINE: environment -> (rule name, band weights), the one rule `sera eval --runs` also uses.
 LABEL_KEYS = frozenset({"policy", "model", "best_of"})
 """Settings already in a row's label (policy description, best-of N)."""
 
@@ -110,7 +107,7 @@ class Row:
     headline: Stat | None
     """The environment's headline rate (`HEADLINE`); None for an environment without a rule."""
     headline_rule: str | None
-    """Its rule: `task-weighted`, `macro`, or `pooled` when a band falls outside the rule."""
+    """Its rule: `task-weighted`, `four-band macro average`, or `pooled` when a band falls outside the rule."""
     headline_bands: tuple[str, ...]
     """The bands behind the headline (fewer than four on a partial selection)."""
     families: dict[str, Stat]

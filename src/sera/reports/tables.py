@@ -5,7 +5,7 @@ Rates are percentages, `mean ± std` over the runs of a row (just the mean for o
 
 from __future__ import annotations
 
-from sera.reports.aggregate import EvalTable, Stat
+from sera.reports.aggregate import HEADLINE, EvalTable, Stat
 from sera.reports.bestof import COMPUTE, BestOfComparison
 from sera.reports.records import Problem, TrainRun
 from sera.reports.train_stats import StageTime
@@ -56,7 +56,7 @@ def table1(table: EvalTable) -> str:
         cells = [r.label, f"{len(r.runs)} ({', '.join(str(s.seed) for s in r.runs)})", str(r.tasks),
                  *(pct(r.bands.get(b)) for b in table.bands), pct(r.overall)]
         if rules:
-            partial = r.headline_rule in ("task-weighted", "macro") and len(r.headline_bands) < 4
+            partial = r.headline_rule in {rule for rule, _ in HEADLINE.values()} and len(r.headline_bands) < 4
             cells.append(pct(r.headline) + (f" ({len(r.headline_bands)}/4 bands)" if partial else ""))
         rows.append(cells)
     return markdown_table(headers, rows)
