@@ -119,3 +119,19 @@ def test_resume_names_a_corrupt_checkpoint_and_falls_back_only_when_asked(tmp_pa
     assert "falling back to step_000002" in result.output
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == list(range(6)) and lines[-1]["policy_version"] == 5
+
+
+def test_a_deadline_stops_before_a_step_that_would_overrun_and_checkpoints(tmp_path: Path) -> None:
+    import time
+
+    cfg = load_config(CONFIG, overrides=["checkpoint.every=100", "max_steps=50"])
+    out = tmp_path / "run"
+    result = loop.run_train(cfg, out, log=lambda line: None, deadline=time.monotonic() + 2.0)
+    assert result.stopped_by == "deadline"
+    assert 1 <= result.steps < 50
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == result.steps
+    assert (out / "checkpoints" / "latest").read_text().strip() == f"step_{result.steps:06d}"
+    # A deadline already past starts no step at all.
+    again = loop.run_train(None, out, resume=True, log=lambda line: None, deadline=time.monotonic() - 1)
+    assert again.stopped_by == "deadline" and again.steps == result.steps

@@ -207,7 +207,8 @@ class RunResult:
     version: int
     """Optimizer updates done in total."""
     stopped_by: str | None
-    """The signal name that stopped the run early; None when it reached `max_steps`."""
+    """Why the run stopped before `max_steps`: a signal name, or `deadline` (the `deadline`
+    argument of `run_train` left no time for another step); None when it reached `max_steps`."""
 
 
 @dataclass
@@ -375,12 +376,15 @@ def make_evaluator(cfg: TrainConfig, spec: EnvSpec, policy: Any, out: Path) -> C
 def run_train(
     cfg: TrainConfig | None, out: str | Path, *, resume: bool = False, tree_policy: TreePolicy | None = None,
     log: Callable[[str], None] = print, allow_fallback: bool = False, init_from: str | Path | None = None,
+    deadline: float | None = None,
 ) -> RunResult:
     """Train `cfg` into `out` (or resume the run there, with `cfg` None or a config that differs
     only in `RESUMABLE_KEYS`; `allow_fallback`: resume from an older checkpoint when the newest
     is corrupt). `init_from`: a `sera sft` (or `sera train`) run directory whose newest
     checkpoint's weights start the run, with a fresh optimizer (recorded in `init_from.json`;
-    a resumed run re-reads it only while it has no checkpoint of its own)."""
+    a resumed run re-reads it only while it has no checkpoint of its own). `deadline`: a
+    `time.monotonic()` instant; no step starts past it, or when the mean step time so far would
+    end past it, and the run checkpoints and returns with `stopped_by="deadline"`."""
     from sera.train.sft import INIT_FILE, load_init
 
     out = Path(out)
@@ -430,8 +434,14 @@ def run_train(
     try:
         # The canary before the first round: a sampler that disagrees with the learner from the start.
         trainer.sync.sync(learner, clock.version)
+        step_seconds: list[float] = []
         with stop_on_signals() as received:
             while clock.version < cfg.steps.max_steps and not received:
+                expected = sum(step_seconds) / len(step_seconds) if step_seconds else 0.0
+                if deadline is not None and time.monotonic() + expected > deadline:
+                    stopped_by = "deadline"
+                    break
+                started = time.monotonic()
                 record = trainer.step()
                 due = record["trained"] and clock.version % cfg.checkpoint.every == 0
                 final = clock.version >= cfg.steps.max_steps
@@ -445,6 +455,7 @@ def run_train(
                 for sink in sinks:
                     sink.write(record["step"], record)
                 progress.update(record)
+                step_seconds.append(time.monotonic() - started)
                 if aborting:
                     raise TrainError(
                         f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
@@ -458,6 +469,11 @@ def run_train(
                     trainer.checkpoint(None)
                 log(f"{stopped_by}: checkpointed at step {trainer.state.step}, policy version {clock.version}; "
                     f"continue with: sera train --resume {out}")
+            elif stopped_by == "deadline":
+                if checkpointed_at != trainer.state.step:
+                    trainer.checkpoint(None)
+                log(f"deadline: no time for another step; checkpointed at step {trainer.state.step}, "
+                    f"policy version {clock.version}")
     finally:
         for sink in sinks:
             sink.close()
