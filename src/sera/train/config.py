@@ -274,6 +274,58 @@ class SftConfig(_Section):
     """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
 
 
+class VllmConfig(_Section):
+    """The vLLM server that samples for `sampler.backend: vllm`."""
+
+    python: str | None = None
+    """The python of the vLLM virtualenv (`make vllm-setup`); null: `$SERA_VLLM_PYTHON`, else
+    `.venv-vllm/bin/python` of the repository."""
+    base_url: str | None = None
+    """A running server to use (its `/v1` root); null: sera starts one on 127.0.0.1 and stops it."""
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    """Server weights and compute; `auto`: bf16 on a GPU or a CPU with native bf16, else fp32."""
+    kv_cache_gib: float = Field(4.0, gt=0)
+    """KV-cache space of a CPU server (`VLLM_CPU_KVCACHE_SPACE`), GiB."""
+    start_timeout_s: float = Field(600.0, gt=0)
+    """Seconds to wait for a started server to answer `/health`."""
+    restarts: int = Field(1, ge=0)
+    """Restarts of a server that died during the run before the run stops."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More command-line arguments for a started server."""
+
+
+class SamplerConfig(_Section):
+    """Where training rollouts are sampled."""
+
+    backend: Literal["inprocess", "vllm"] = "inprocess"
+    """`inprocess`: a transformers sampler sharing the learner's module; `vllm`: a vLLM server
+    with the policy as a LoRA adapter, hot-loaded after every update (needs `model.finetune: lora`)."""
+    prefix_cache_gib: float = Field(4.0, ge=0)
+    """In-process: memory for reusing prompt KV caches across an agent's turns and shared
+    prefixes (0: off)."""
+    vllm: VllmConfig = VllmConfig()
+    """The server (backend `vllm` only)."""
+
+
+class PipelineConfig(_Section):
+    """`sera pipeline` (the main job): evaluate, SFT, evaluate, RL, evaluate, report."""
+
+    budget_minutes: float = Field(30.0, gt=0)
+    """Wall time of the whole job; RL gets what the other phases leave."""
+    eval_split: str | None = None
+    """Held-out split of the three evaluations; null: `val`, else `dev`."""
+    eval_difficulty: str | None = "easy"
+    """Difficulty band of the evaluated tasks; null: all."""
+    eval_tasks: int = Field(8, ge=1)
+    """Evaluated tasks (the first of the split and band): the same fixed set every time."""
+    eval_max_calls: int | None = Field(None, ge=1)
+    """Policy calls per agent in the evaluations; null: `rollout.max_calls_per_agent`."""
+    sft: bool = True
+    """Run the SFT warm start (else RL starts from the base model)."""
+    rl: bool = True
+    """Run RL."""
+
+
 class TrainConfig(_Section):
     """Everything `sera train` needs, validated as a whole."""
 
@@ -303,6 +355,10 @@ class TrainConfig(_Section):
     """Metric sinks."""
     sft: SftConfig = SftConfig()
     """`sera sft` only: demonstrations, epochs, held-out tasks."""
+    sampler: SamplerConfig = SamplerConfig()
+    """Where rollouts are sampled (in process, or a vLLM server with LoRA hot-loading)."""
+    pipeline: PipelineConfig = PipelineConfig()
+    """`sera pipeline` only: the main job's evaluations and time budget."""
     seed: int = 0
     """Run seed (tree seeds and task order derive from it)."""
 
@@ -317,6 +373,9 @@ class TrainConfig(_Section):
     def _check_combinations(self) -> TrainConfig:
         _check_method(self)
         _check_environment(self)
+        if self.sampler.backend == "vllm" and self.model.finetune != "lora":
+            raise ValueError("sampler.backend='vllm' hot-loads the policy as a LoRA adapter: set model.finetune=lora "
+                             "(full-weight sync to vLLM is not built)")
         r = self.rollout
         if r.max_prompt_tokens + r.max_tokens > r.context:
             raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "
