@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sera.policy.decoding import DecodeJob, _Row, stop_window
+from sera.policy.decoding import DecodeJob, RowState, stop_window
 from sera.policy.errors import SamplerError
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
@@ -156,7 +156,7 @@ def test_a_stop_string_ending_in_a_multibyte_character_is_found_when_its_last_by
     assert all("\u00e9" not in tokenizer.decode([t]) for t in ids), "é should span byte tokens"
     job = DecodeJob(prompt_ids=[0], temperature=0.0, top_p=1.0, max_tokens=len(ids) + 5, stop=("f\u00e9",),
                     generator=torch.Generator())
-    row = _Row(SimpleNamespace(payload=job), frozenset(tokenizer.all_special_ids))
+    row = RowState(SimpleNamespace(payload=job), frozenset(tokenizer.all_special_ids))
     results = []
     for token in ids:
         row.token_ids.append(token)
@@ -199,26 +199,40 @@ async def test_top_p_restricts_to_the_nucleus(sampler, tiny) -> None:
     assert {d.token_ids[0] for d in draws} == {greedy.token_ids[0]}
 
 
-async def test_concurrent_requests_share_a_batch_and_late_ones_join_the_next(sampler, tiny) -> None:
+async def test_late_requests_join_the_rows_already_decoding(sampler, tiny) -> None:
     model, _ = tiny
     event, handle = started_event(model)
+    finished: list[str] = []
+
+    async def call(name: str, messages: list[Message], max_tokens: int):
+        result = await sampler(messages, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+        finished.append(name)
+        return result
+
     try:
-        first_wave = [asyncio.ensure_future(sampler(chat(f"early {i}"), SamplingParams(temperature=0.0, max_tokens=60))) for i in range(4)]
-        await asyncio.to_thread(event.wait, 30)  # the first batch is running now
-        late = [sampler(chat(f"late {i}", turns=i), SamplingParams(temperature=0.0, max_tokens=4)) for i in range(3)]
+        first_wave = [asyncio.ensure_future(call(f"early {i}", chat(f"early {i}"), 60)) for i in range(4)]
+        await asyncio.to_thread(event.wait, 30)  # the first rows are decoding now
+        late = [call(f"late {i}", chat(f"late {i}", turns=i), 4) for i in range(3)]
         results = await asyncio.gather(*first_wave, *late)
     finally:
         handle.remove()
     assert all(r.token_ids for r in results)
-    assert [r.size for r in sampler.batch_records] == [4, 3]
+    [period] = sampler.batch_records
+    assert period.size == 7 and period.joined == 3 and max(period.live_rows) == 7
+    # The late calls did not wait for the early rows to end: they were answered first.
+    assert {name for name in finished[:3]} == {"late 0", "late 1", "late 2"}
+    for i, result in enumerate(results[4:]):  # and they equal the same calls made alone
+        alone = await sampler(chat(f"late {i}", turns=i), SamplingParams(temperature=0.0, max_tokens=4))
+        assert alone.token_ids == result.token_ids
 
 
-async def test_max_batch_size_splits_the_queue() -> None:
+async def test_max_batch_size_bounds_the_rows_decoded_at_once() -> None:
     model, tokenizer = tiny_model_and_tokenizer(seed=0)
     sampler = TransformersSampler(model, tokenizer, max_batch_size=4)
-    await asyncio.gather(*(sampler(chat(f"t{i}"), SamplingParams(max_tokens=2, seed=i)) for i in range(10)))
+    await asyncio.gather(*(sampler(chat(f"t{i}"), SamplingParams(max_tokens=2 + i, seed=i)) for i in range(10)))
     await sampler.close()
-    assert [r.size for r in sampler.batch_records] == [4, 4, 2]
+    [period] = sampler.batch_records
+    assert period.size == 10 and max(period.live_rows) == 4 and period.joined == 6
 
 
 async def test_max_batch_tokens_bounds_the_padded_batch() -> None:
@@ -231,22 +245,30 @@ async def test_max_batch_tokens_bounds_the_padded_batch() -> None:
     sampler = TransformersSampler(model, tokenizer, max_batch_tokens=2 * (longest + 4) + 1)
     await asyncio.gather(*(sampler(p, SamplingParams(max_tokens=4, seed=0)) for p in prompts))
     await sampler.close()
-    assert [r.size for r in sampler.batch_records] == [2, 2, 1]
+    [period] = sampler.batch_records
+    assert period.size == 5 and max(period.live_rows) == 2
 
 
-async def test_a_failing_batch_is_a_server_error_and_the_sampler_recovers(tiny) -> None:
+@pytest.mark.parametrize("failing_forward", [1, 3])
+async def test_a_failing_forward_is_a_server_error_for_the_rows_it_computed_and_the_sampler_recovers(
+    tiny, failing_forward: int
+) -> None:
+    """Forward 1 is the prefill of "a" (only "a" fails); forward 3 is the first decode step of
+    both rows (both fail)."""
     model, tokenizer = tiny
-    failures = [RuntimeError("simulated out of memory")]
+    calls = [0]
 
     def fail_once(*_):
-        if failures:
-            raise failures.pop()
+        calls[0] += 1
+        if calls[0] == failing_forward:
+            raise RuntimeError("simulated out of memory")
 
     handle = model.register_forward_pre_hook(fail_once)
     sampler = TransformersSampler(model, tokenizer)
     try:
         results = await asyncio.gather(sampler(chat("a"), GREEDY), sampler(chat("b"), GREEDY), return_exceptions=True)
-        assert all(isinstance(r, SamplerError) and r.kind == "server_error" for r in results)
+        failed = [isinstance(r, SamplerError) and r.kind == "server_error" for r in results]
+        assert failed == ([True, False] if failing_forward == 1 else [True, True])
         assert "simulated out of memory" in str(results[0])
         assert (await sampler(chat("a"), GREEDY)).token_ids
     finally:
@@ -259,9 +281,9 @@ async def test_cancelled_request_leaves_the_batch(sampler) -> None:
     short = asyncio.ensure_future(sampler(chat("short"), SamplingParams(temperature=0.0, max_tokens=3)))
     await short
     long.cancel()
-    await sampler(chat("after"), SamplingParams(max_tokens=1))  # runs once the first batch is over
+    await sampler(chat("after"), SamplingParams(max_tokens=1))  # it may join the long row's period
     first = sampler.batch_records[0]
-    assert first.size == 2 and len(first.live_rows) < 399
+    assert sum(r.size for r in sampler.batch_records) == 3 and len(first.live_rows) < 399
 
 
 async def test_event_loop_stays_responsive_while_decoding(sampler) -> None:

@@ -1,17 +1,12 @@
-"""Dynamic batching: requests from many asyncio tasks are grouped into batches run by one thread.
+"""Handing requests from many asyncio tasks to the one thread that runs the model.
 
 Agents of many rollout trees call the model concurrently. Each call becomes a `PendingRequest`;
-requests submitted during one turn of the event loop are handed to the worker together (a
-`call_soon` flush, so that `asyncio.gather` of 32 calls forms one batch of 32 rather than a batch
-of 1 followed by a batch of 31). The worker thread takes everything queued, up to
-`max_batch_size`, as one batch and runs it to completion; requests arriving meanwhile wait for
-the next batch. A request's future is resolved as soon as its own sequence finishes, not when
-the whole batch ends, so a fast agent can act and queue its next call while slower rows still
-decode. The model runs in that thread, so the event loop stays responsive.
-
-The scheduler knows nothing about models: `run_batch(requests)` does the work, resolves requests
-as they finish through `PendingRequest.resolve`, and returns the batch's record with the results
-of the rows that finished last (resolved by the scheduler after recording the batch).
+requests submitted during one turn of the event loop are handed over together (a `call_soon`
+flush, so that `asyncio.gather` of 32 calls arrives as one group of 32 rather than 1 then 31).
+The worker (`sera.policy.engine`) takes what is queued whenever it can admit more rows, also in
+the middle of decoding other rows, and resolves each request's future as soon as its own
+sequence finishes, so a fast agent acts and queues its next call while slower rows still decode.
+The model runs in that thread, so the event loop stays responsive.
 """
 
 from __future__ import annotations
@@ -30,16 +25,23 @@ PayloadT = TypeVar("PayloadT")
 
 @dataclass(frozen=True)
 class BatchRecord:
-    """What one batch did: the scheduler's instrumentation (tests and benchmarks read it)."""
+    """What one busy period of the worker did, from its first request after being idle until no
+    sequence was left (the engine's instrumentation; tests and benchmarks read it)."""
 
     size: int
-    """Requests in the batch."""
+    """Requests served in the period."""
     prompt_lens: tuple[int, ...]
-    """Prompt length of each request, in batch order."""
+    """Prompt length of each request, in admission order."""
     live_rows: tuple[int, ...]
-    """Rows computed at each decode step after the prefill; it shrinks as sequences finish."""
+    """Rows computed at each decode step; it grows as requests join and shrinks as they finish."""
     seconds: float
-    """Wall-clock time of the batch in the worker thread."""
+    """Wall-clock time of the period in the worker thread."""
+    joined: int = 0
+    """Requests admitted while other rows were already decoding."""
+    reused_tokens: int = 0
+    """Prompt tokens whose keys/values came from the prefix cache."""
+    prefilled_tokens: int = 0
+    """Prompt tokens computed by a prefill."""
 
 
 class PendingRequest(Generic[PayloadT]):
@@ -74,43 +76,23 @@ class PendingRequest(Generic[PayloadT]):
             pass  # the caller's event loop is closed: nobody is waiting any more
 
 
-BatchOutcome = tuple[BatchRecord, list[tuple[PendingRequest[Any], Any]]]
-"""What `run_batch` returns: the batch's record and the (request, result) pairs still to hand out."""
-
-_STOP = object()
-"""Queue sentinel that ends the worker thread."""
+class SamplerClosed(Exception):
+    """The queue was closed: the worker must stop."""
 
 
-class BatchScheduler(Generic[PayloadT]):
-    """Queue of pending requests and the worker thread that runs them in batches."""
+class RequestQueue(Generic[PayloadT]):
+    """Requests waiting for the worker thread."""
 
-    def __init__(
-        self,
-        run_batch: Callable[[list[PendingRequest[PayloadT]]], BatchOutcome],
-        *,
-        max_batch_size: int,
-        fits: Callable[[list[PayloadT]], bool] | None = None,
-        name: str = "sera-sampler",
-    ) -> None:
-        """`fits(payloads)` may refuse a larger batch (e.g. a memory budget); a batch always
-        takes at least one request, and requests are taken in arrival order."""
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self.max_batch_size = max_batch_size
-        self._fits = fits
-        self._run_batch = run_batch
+    def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._staged: list[PendingRequest[PayloadT]] = []
         self._staged_lock = threading.Lock()
-        self._closed = False
-        self.records: list[BatchRecord] = []
-        """One record per batch run, in order."""
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
+        self.closed = False
+        """True once `close` was called: new submissions are refused."""
 
     async def submit(self, payload: PayloadT) -> Any:
         """Queue `payload` and wait for its result."""
-        if self._closed:
+        if self.closed:
             raise SamplerError("endpoint_down", "the sampler is closed")
         loop = asyncio.get_running_loop()
         request = PendingRequest(payload, loop)
@@ -128,61 +110,36 @@ class BatchScheduler(Generic[PayloadT]):
         if staged:
             self._queue.put(staged)
 
-    async def close(self) -> None:
-        """Stop the worker after the batch it is running; queued requests fail with `endpoint_down`."""
-        if self._closed:
+    def close(self) -> None:
+        """Refuse new requests and tell the worker to stop."""
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self._flush()
         self._queue.put(_STOP)
-        await asyncio.to_thread(self._thread.join)
 
-    def _work(self) -> None:
-        backlog: list[PendingRequest[PayloadT]] = []
-        stopping = False
-        while True:
-            if not backlog and not stopping:
-                item = self._queue.get()
-                if item is _STOP:
-                    stopping = True
-                else:
-                    backlog.extend(item)
-            while not stopping:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                else:
-                    backlog.extend(item)
-            if stopping:
-                for request in backlog:
-                    request.fail(SamplerError("endpoint_down", "the sampler was closed before this request ran"))
-                return
-            batch, backlog = self._take_batch(backlog)
-            if not batch:
-                continue
+    def take(self, *, block: bool) -> list[PendingRequest[PayloadT]]:
+        """Everything handed over so far (waiting for something when `block`); raises
+        `SamplerClosed`, after the requests that came before it, once the queue is closed."""
+        taken: list[PendingRequest[PayloadT]] = []
+        stop = False
+        if block:
+            item = self._queue.get()
+            stop = item is _STOP
+            if not stop:
+                taken.extend(item)
+        while not stop:
             try:
-                record, last_results = self._run_batch(batch)
-                # Record first, then hand out the last results: whoever sees a result sees its batch.
-                self.records.append(record)
-                for request, result in last_results:
-                    request.resolve(result)
-            except BaseException as error:  # noqa: BLE001 - every waiting caller must hear of it
-                for request in batch:
-                    request.fail(error)
-                if not isinstance(error, Exception):
-                    raise
-
-    def _take_batch(
-        self, backlog: list[PendingRequest[PayloadT]]
-    ) -> tuple[list[PendingRequest[PayloadT]], list[PendingRequest[PayloadT]]]:
-        """The next batch (oldest first) and what stays queued; cancelled requests are dropped."""
-        waiting = [request for request in backlog if not request.cancelled]
-        batch: list[PendingRequest[PayloadT]] = []
-        for request in waiting[: self.max_batch_size]:
-            if batch and self._fits is not None and not self._fits([r.payload for r in batch + [request]]):
+                item = self._queue.get_nowait()
+            except queue.Empty:
                 break
-            batch.append(request)
-        return batch, waiting[len(batch) :]
+            stop = item is _STOP
+            if not stop:
+                taken.extend(item)
+        if stop:
+            raise SamplerClosed(taken)
+        return taken
+
+
+_STOP = object()
+"""Queue sentinel that ends the worker thread."""

@@ -1,17 +1,9 @@
-"""Batched decoding with a KV cache: the work the sampler's worker thread does for one batch.
-
-Each prompt is prefilled on its own (no padding, so its prompt is computed exactly as it would be
-alone, and no batch x length x length attention is ever formed); the per-row caches are then
-laid out left-padded in one preallocated batch cache, and every decode step feeds one token per
-live row. Preallocation matters: transformers' `DynamicCache` concatenates the whole cache at
-every step, which cost more than the model itself in our measurements. A finished row leaves at
-once (its cache rows are dropped, so later steps compute only live rows), and left-padding
-columns no live row needs any more are trimmed.
+"""What decoding one request involves, independent of how rows are batched (`sera.policy.engine`):
+the job, its result, the per-row state with its stop checks, and the choice of the next token.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +11,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from sera.policy.batching import BatchRecord, PendingRequest
+from sera.policy.batching import PendingRequest
 
 
 @dataclass
@@ -57,57 +49,6 @@ class DecodeResult:
 Finished = list[tuple[PendingRequest[DecodeJob], DecodeResult]]
 
 
-class BatchKVLayer(DynamicLayer):
-    """A full-attention cache layer whose keys/values live in buffers sized for the whole batch.
-
-    `update` writes the new step in place and returns views; the base class would concatenate
-    the whole cache at every step.
-    """
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
-        super().__init__()
-        self._key_buffer, self._value_buffer = keys, values
-        self.length = length
-        self.device = keys.device
-        self.is_initialized = True
-        self._expose()
-
-    def _expose(self) -> None:
-        self.keys = self._key_buffer[:, :, : self.length]
-        self.values = self._value_buffer[:, :, : self.length]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-        end = self.length + key_states.shape[-2]
-        if end > self._key_buffer.shape[-2]:
-            allocated = self._key_buffer.shape[-2]
-            raise RuntimeError(f"batch KV cache full: {end} positions needed, {allocated} allocated")
-        self._key_buffer[:, :, self.length : end] = key_states
-        self._value_buffer[:, :, self.length : end] = value_states
-        self.length = end
-        self._expose()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def place_row(self, row: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """Write one prompt's prefilled keys/values (heads, length, dim) right-aligned at `row`."""
-        start = self.length - keys.shape[-2]
-        self._key_buffer[row, :, start : self.length] = keys
-        self._value_buffer[row, :, start : self.length] = values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
-        self._expose()
-
-    def drop_leading(self, columns: int) -> None:
-        """Forget the first `columns` positions (padding of every live row)."""
-        self._key_buffer = self._key_buffer[:, :, columns:]
-        self._value_buffer = self._value_buffer[:, :, columns:]
-        self.length -= columns
-        self._expose()
-
-
 def check_full_attention(model: Any) -> None:
     """Refuse models whose cache is not plain full attention (sliding windows, linear attention)."""
     kinds = {type(layer).__name__ for layer in DynamicCache(config=model.config).layers}
@@ -135,7 +76,7 @@ def stop_window(stop: tuple[str, ...]) -> int:
     return max(len(s.encode("utf-8")) for s in stop) + STOP_WINDOW_SLACK
 
 
-class _Row:
+class RowState:
     """Decode state of one live sequence."""
 
     def __init__(self, request: PendingRequest[DecodeJob], special_ids: frozenset[int] = frozenset()) -> None:
@@ -208,93 +149,3 @@ def choose_tokens(logits: torch.Tensor, jobs: list[DecodeJob]) -> tuple[torch.Te
             picked = order.gather(-1, picked)
         tokens[index] = picked[:, 0]
     return tokens, raw_logprobs.gather(-1, tokens[:, None])[:, 0]
-
-
-def _prefill(
-    model: Any, rows: list[_Row], device: torch.device
-) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-    """Prefill every prompt alone, then lay the caches out left-padded in one batch cache.
-
-    Returns the batch cache, the attention mask (1 = real token) and the last-position logits.
-    """
-    lengths = [len(row.job.prompt_ids) for row in rows]
-    width = max(lengths)
-    capacity = width + max(row.job.max_tokens for row in rows)
-    batch_cache = DynamicCache(config=model.config)
-    row_logits = []
-    for i, row in enumerate(rows):
-        cache = DynamicCache(config=model.config)
-        ids = torch.tensor([row.job.prompt_ids], device=device)
-        row_logits.append(model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1])
-        for n, layer in enumerate(cache.layers):
-            if i == 0:
-                heads, dim = layer.keys.shape[1], layer.keys.shape[-1]
-                # Zeros, not empty: padding is masked out, but 0 x NaN would still poison the output.
-                keys = layer.keys.new_zeros((len(rows), heads, capacity, dim))
-                values = layer.values.new_zeros((len(rows), heads, capacity, layer.values.shape[-1]))
-                batch_cache.layers[n] = BatchKVLayer(keys, values, width)
-            batch_cache.layers[n].place_row(i, layer.keys[0], layer.values[0])
-    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-    for i, length in enumerate(lengths):
-        mask[i, width - length :] = 1
-    return batch_cache, mask, torch.stack(row_logits).float()
-
-
-def decode_batch(
-    model: Any, tokenizer: Any, requests: list[PendingRequest[DecodeJob]], *, device: torch.device,
-    eos_ids: frozenset[int],
-) -> tuple[BatchRecord, Finished]:
-    """Run one batch to the end and resolve each request as its row finishes.
-
-    Returns the batch record and the results of the rows that finished at the last step, left
-    unresolved so that the scheduler can record the batch before anyone sees them.
-    """
-    started = time.perf_counter()
-    special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()))
-    rows = [_Row(request, special_ids) for request in requests]
-    prompt_lens = tuple(len(row.job.prompt_ids) for row in rows)
-    live_rows: list[int] = []
-    with torch.inference_mode():
-        cache, mask, logits = _prefill(model, rows, device)
-        # Each row continues at its own length: positions count real tokens only.
-        next_pos = torch.tensor(prompt_lens, device=device)
-        while True:
-            tokens, logprobs = choose_tokens(logits, [row.job for row in rows])
-            keep: list[int] = []
-            finished: Finished = []
-            for i, (row, token, logprob) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
-                row.token_ids.append(token)
-                row.logprobs.append(logprob)
-                result = row.finish_if_done(tokenizer, eos_ids)
-                if result is not None:
-                    finished.append((row.request, result))
-                elif not row.request.cancelled:
-                    keep.append(i)
-            if not keep:
-                break
-            for request, result in finished:
-                request.resolve(result)
-            if len(keep) < len(rows):
-                index = torch.tensor(keep, device=device)
-                cache.batch_select_indices(index)
-                rows, mask, tokens, next_pos = [rows[i] for i in keep], mask[index], tokens[index], next_pos[index]
-                mask = _trim_left_padding(cache, mask)
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=-1)
-            live_rows.append(len(rows))
-            logits = model(
-                input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None], cache=cache,
-                use_cache=True,
-            ).logits[:, -1].float()
-            next_pos = next_pos + 1
-    record = BatchRecord(len(requests), prompt_lens, tuple(live_rows), time.perf_counter() - started)
-    return record, finished
-
-
-def _trim_left_padding(cache: DynamicCache, mask: torch.Tensor) -> torch.Tensor:
-    """Drop leading columns that are padding in every live row (after the longest rows left)."""
-    pad_columns = int((mask.sum(dim=0) == 0).int().cumprod(dim=0).sum())
-    if pad_columns == 0:
-        return mask
-    for layer in cache.layers:
-        layer.drop_leading(pad_columns)
-    return mask[:, pad_columns:]

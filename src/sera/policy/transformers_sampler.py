@@ -1,9 +1,10 @@
 """The in-process sampler: a transformers causal LM behind the `Sampler` protocol.
 
-Concurrent calls are batched dynamically (`sera.policy.batching`): a worker thread prefills
-each prompt once and then decodes one token per step for all live rows from a left-padded KV
-cache with explicit position ids (`sera.policy.decoding`); a finished sequence leaves the batch
-at once.
+Concurrent calls are batched continuously (`sera.policy.engine`): a worker thread admits
+requests whenever a row is free, also while others decode, prefills each prompt alone after the
+longest prefix whose keys/values it already holds (`sera.policy.prefix_cache`: an agent's earlier
+turns, the shared system prompt), and decodes one token per step for all live rows from a slot
+KV cache (`sera.policy.kv_slots`); a finished sequence leaves at once.
 
 What a `Completion` holds, exactly:
 
@@ -32,17 +33,25 @@ exact ties).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import torch
 
-from sera.policy.batching import BatchRecord, BatchScheduler
-from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention, decode_batch
+from sera.policy.batching import BatchRecord, RequestQueue
+from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention
+from sera.policy.engine import DecodeEngine
+from sera.policy.prefix_cache import PrefixCache, PrefixStats
 from sera.policy.context import ContextPolicy, Overflow, check_prompt_ids
 from sera.policy.errors import SamplerError
 from sera.policy.tokenizing import chat_ids
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message, Usage
+
+
+DEFAULT_PREFIX_CACHE_BYTES = 2 * 1024**3
+"""Prefix-cache memory when none is given: ~45k tokens of SmolLM2-135M keys/values in fp32."""
 
 
 class TransformersSampler:
@@ -57,12 +66,14 @@ class TransformersSampler:
         max_batch_tokens: int | None = None,
         device: str | torch.device | None = None,
         context_overflow: Overflow = "cut_tokens",
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
-        """`model` is any full-attention transformers causal LM. `max_batch_tokens` caps the KV
-        cache of a batch, counted as rows x (longest prompt + largest max_tokens) because rows
-        are padded to the longest (None: no cap; one request always runs). `device` defaults to
-        the model's own device (a given device moves the model there). `context_overflow`: what
-        the context policy does when the head plus the newest turn are over the cap. Torch
+        """`model` is any full-attention transformers causal LM. `max_batch_size` caps the rows
+        decoded at once; `max_batch_tokens` caps their KV cache, counted as rows x (longest
+        prompt + largest max_tokens) (None: no cap; one request always runs). `device` defaults
+        to the model's own device (a given device moves the model there). `context_overflow`:
+        what the context policy does when the head plus the newest turn are over the cap.
+        `prefix_cache_bytes`: memory for reusing computed prompt prefixes (0: off). Torch
         threads stay as the caller set them."""
         if tokenizer.chat_template is None:
             raise ValueError("the tokenizer has no chat template; TransformersSampler needs one")
@@ -77,13 +88,18 @@ class TransformersSampler:
         self.context = ContextPolicy.from_renderer(
             lambda messages, generation: self.chat_ids(messages, add_generation_prompt=generation), context_overflow
         )
-        self._scheduler: BatchScheduler[DecodeJob] = BatchScheduler(
-            lambda requests: decode_batch(
-                self.model, self.tokenizer, requests, device=self.device, eos_ids=self.eos_ids
-            ),
-            max_batch_size=max_batch_size,
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self._requests: RequestQueue[DecodeJob] = RequestQueue()
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        """Keys/values of finished sequences, reused by later prompts that extend them."""
+        self._engine = DecodeEngine(
+            self.model, tokenizer, self._requests, eos_ids=self.eos_ids, max_rows=max_batch_size,
             fits=None if max_batch_tokens is None else lambda jobs: _padded_tokens(jobs) <= max_batch_tokens,
+            prefix_cache=self.prefix_cache,
         )
+        self._thread = threading.Thread(target=self._engine.run, name="sera-sampler", daemon=True)
+        self._thread.start()
 
     @classmethod
     def load(
@@ -103,8 +119,22 @@ class TransformersSampler:
 
     @property
     def batch_records(self) -> list[BatchRecord]:
-        """One record per batch run so far (sizes, prompt lengths, live rows per step)."""
-        return list(self._scheduler.records)
+        """One record per busy period so far (requests, prompt lengths, live rows per step, joins,
+        reused and prefilled prompt tokens)."""
+        return list(self._engine.records)
+
+    @property
+    def prefix_stats(self) -> PrefixStats:
+        """Counters of the prefix cache (lookups, tokens served from it, evictions)."""
+        return self.prefix_cache.stats
+
+    def release_memory(self) -> None:
+        """Free the KV buffers and the prefix cache (e.g. before a learner update; they are
+        rebuilt on demand). Only while no call is in flight."""
+        if self._engine.busy:
+            raise RuntimeError("release_memory() while sampler calls are in flight")
+        self.prefix_cache.clear()
+        self._engine.slots.release()
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         """Complete a chat: template with a generation prompt, context policy, then decode."""
@@ -125,7 +155,8 @@ class TransformersSampler:
 
     async def close(self) -> None:
         """Stop the worker thread; calls still queued fail with `endpoint_down`."""
-        await self._scheduler.close()
+        self._requests.close()
+        await asyncio.to_thread(self._thread.join)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -134,7 +165,7 @@ class TransformersSampler:
     ) -> Completion:
         job = self._job(prompt_ids, sampling)
         try:
-            result: DecodeResult = await self._scheduler.submit(job)
+            result: DecodeResult = await self._requests.submit(job)
         except SamplerError:
             raise
         except Exception as error:  # a failed batch (out of memory, a model bug): name it for the run log
@@ -191,7 +222,7 @@ class TransformersSampler:
 
 
 def _padded_tokens(jobs: list[DecodeJob]) -> int:
-    """KV positions a batch of these jobs allocates (rows are padded to the longest)."""
+    """KV positions these jobs' rows allocate (each row as long as the longest need)."""
     return len(jobs) * (max(len(j.prompt_ids) for j in jobs) + max(j.max_tokens for j in jobs))
 
 
