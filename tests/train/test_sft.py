@@ -50,6 +50,7 @@ def test_heldout_nll_falls_and_run_dir_has_train_layout(sft_run) -> None:
     assert result.nll_after == evals[2]["heldout_nll"] and result.nll_before == evals[0]["heldout_nll"]
     assert len(trains) == result.steps == 4  # 8 datums in batches of 4, 2 epochs
     assert [t["step"] for t in trains] == [1, 2, 3, 4]
+    assert {t["lr"] for t in trains} == {1e-3}  # optimizer.lr, as sft.lr is not set
     for line in trains:
         assert {"epoch", "step", "loss", "heldout_nll", "trained_tokens", "tokens"} <= set(line)
         assert line["trained_tokens"] > 0 and line["loss"] > 0
@@ -64,6 +65,12 @@ def test_heldout_nll_falls_and_run_dir_has_train_layout(sft_run) -> None:
 
     source = resolve(str(out))  # what sera eval --policy hf --model OUT loads
     assert source is not None and source.base == "tiny" and source.path == ckpt.path
+
+
+def test_sft_lr_replaces_the_optimizer_lr(tmp_path: Path) -> None:
+    cfg = load_config(LETTERS, overrides=[*SFT_KEYS, "sft.epochs=1", "sft.train_tasks=4", "sft.lr=3e-4"])
+    run_sft(cfg, tmp_path / "run", log=_quiet)
+    assert {line["lr"] for line in _lines(tmp_path / "run") if line["kind"] == "train"} == {3e-4}
 
 
 def test_masks_train_only_expert_completions() -> None:

@@ -272,6 +272,8 @@ class SftConfig(_Section):
     """The expert's call budget per agent; null: `rollout.max_calls_per_agent`."""
     rubric_demos: bool = True
     """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
+    lr: float | None = Field(None, gt=0)
+    """SFT learning rate; null: `optimizer.lr` (SFT usually wants a larger one than RL)."""
 
 
 class VllmConfig(_Section):

@@ -29,15 +29,16 @@ def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
     return load_causal_lm(cfg.model.name)
 
 
-def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner:
-    """The learner the config describes (loss options per loss, LoRA, dtype, device)."""
+def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr: float | None = None) -> TorchLearner:
+    """The learner the config describes (loss options per loss, LoRA, dtype, device); `lr`
+    replaces `optimizer.lr` (SFT's own rate)."""
     loss = cfg.loss
     options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
                "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
     lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
     o = cfg.optimizer
     return TorchLearner(model, LearnerConfig(
-        loss=loss.name, loss_options=options, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+        loss=loss.name, loss_options=options, lr=o.lr if lr is None else lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
         max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
         device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
         max_tokens_per_microbatch=cfg.model.microbatch_tokens,

@@ -273,7 +273,7 @@ def run_sft(cfg: TrainConfig, out: str | Path, *, log: Callable[[str], None] = p
     cfg = prepare_run(out, cfg, resume=False)
     _save_trees(out / DEMOS_DIR / "train", train.trees)
     _save_trees(out / DEMOS_DIR / "val", val.trees)
-    learner = make_learner(cfg, model, tokenizer)
+    learner = make_learner(cfg, model, tokenizer, lr=cfg.sft.lr)
     metrics = MetricsSink(out / METRICS_FILE)
     log(f"demonstrations ({demo_seconds:.1f}s): train {train.counts['successful_trees']}/{len(train_tasks)} tasks "
         f"solved, {len(train.datums)} datums {train.by_stage()}, {train.trained_tokens} trained tokens; "
