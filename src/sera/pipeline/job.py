@@ -107,7 +107,7 @@ def complete(record: JobRecord, out: Path, name: str) -> bool:
 def check_stale(record: JobRecord, out: Path, cfg: TrainConfig) -> None:
     """Refuse to redo a phase while outputs made from its previous result are on disk."""
     for name in PHASES:
-        if enabled(cfg, name) is None and not complete(record, out, name) and name != "eval_base":
+        if enabled(cfg, name) is None and not complete(record, out, name):
             stale = [d for d in dependents(name) if (out / d).exists()]
             if stale:
                 raise PipelineError(f"{out / name} must be made again, but {', '.join(str(out / d) for d in stale)} "
