@@ -126,6 +126,7 @@ def test_a_failing_phase_is_recorded_and_the_job_exits_nonzero(tmp_path: Path) -
     assert "rl: FAILED after" in result.output
     report = (out / "report.md").read_text()
     assert "| rl | failed |" in report and "consecutive steps skipped" in report
+    assert "- RL failed after 0 optimizer update(s) in 1 step(s)" in report
 
 
 class Broken:
@@ -164,3 +165,29 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     for r in (bad, split, busy):
         assert len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sera_evaluations_write_frozen_rubrics_for_children(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted expert with the scripted rubric writer and scorer stands in for a model: it
+    delegates, so the evaluation's launcher writes and scores a rubric per child."""
+    from sera.envs.registry import get_env
+    from sera.pipeline.evalstats import eval_stats
+    from sera.testing.rubric_oracle import RubricOracle
+    from sera.train.config import load_config
+
+    keys = ["pipeline.eval_tasks=3", "pipeline.eval_max_calls=6"]
+    spec = get_env("textcraft-synth")
+    monkeypatch.setattr(evaluation, "load_policy", lambda cfg, weights: (
+        RubricOracle(spec.oracle(evaluation.eval_tasks(cfg, spec))), "oracle", None))
+    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny", overrides=keys)
+    summary, detail = evaluation.run_evaluation(cfg, tmp_path / "sera")
+    stats = eval_stats(tmp_path / "sera")
+    assert detail["successes"] == stats.success.k == 3 and stats.delegation.k == 2
+    assert stats.rubrics is not None and stats.rubrics.n == 3 and stats.rubrics.k == 3
+    assert stats.replies.k == stats.replies.n and stats.agents_per_tree == 2.0
+    plain = load_config("configs/textcraft-synth/sera.yaml", preset="tiny", overrides=[*keys, "pipeline.eval_rubrics=false"])
+    evaluation.run_evaluation(plain, tmp_path / "plain")
+    assert eval_stats(tmp_path / "plain").rubrics is None
+    rao = load_config("configs/textcraft-synth/rao.yaml", preset="tiny", overrides=keys)
+    evaluation.run_evaluation(rao, tmp_path / "rao")
+    assert eval_stats(tmp_path / "rao").rubrics is None  # RAO writes no rubrics

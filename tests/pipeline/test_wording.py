@@ -69,7 +69,8 @@ def test_boundary_touching_intervals_count_as_overlap() -> None:
 def test_summary_sentences_follow_the_numbers() -> None:
     facts = Facts(success={"before SFT": Rate.of(0, 4), "after SFT": Rate.of(0, 4), "after RL": Rate.of(1, 4)},
                   valid_replies={"before SFT": Rate.of(0, 16), "after SFT": Rate.of(16, 16)},
-                  nll=[1.41, 0.095, 0.033], rl_steps=2, rl_updates=0, rl_stopped_by="deadline", infra_failures=1, tasks=4)
+                  nll=[1.41, 0.095, 0.033], rl_status="done", rl_steps=2, rl_updates=0, rl_stopped_by="deadline",
+                  infra_failures=1, tasks=4)
     text = "\n".join(summary_sentences(facts))
     assert "Success before SFT: not solved on this set (0/4; 95% CI 0–49%)." in text
     assert text.count("no measurable change at this sample size") == 2  # 0/4 -> 0/4 -> 1/4
@@ -83,3 +84,17 @@ def test_summary_sentences_follow_the_numbers() -> None:
         assert word not in text
     assert describe_nll([2.0]) == "Held-out NLL was not measured after any epoch."
     assert "rose" in describe_nll([1.0, 1.5])
+
+
+def test_rl_is_described_by_its_status() -> None:
+    failed = summary_sentences(Facts(rl_status="failed", rl_note="TrainError: 5 consecutive steps skipped",
+                                     rl_steps=5, rl_updates=0))
+    assert failed == ["RL failed after 0 optimizer update(s) in 5 step(s) (TrainError: 5 consecutive steps skipped); "
+                      "there is no evaluation after RL."]
+    skipped = summary_sentences(Facts(rl_status="skipped", rl_note="pipeline.rl is false"))
+    assert skipped == ["RL did not run (pipeline.rl is false)."]
+    killed = summary_sentences(Facts(rl_status="interrupted", rl_steps=3, rl_updates=2))
+    assert killed == ["RL did not finish (2 optimizer update(s) in 3 step(s) so far); rerun the job to resume it."]
+    # No evaluation after RL: nothing said about what it measured.
+    done = summary_sentences(Facts(rl_status="done", rl_steps=1, rl_updates=0))
+    assert done == ["RL made 0 optimizer update(s) in 1 step(s)."]

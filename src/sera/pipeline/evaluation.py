@@ -86,7 +86,9 @@ def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> 
                 rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, policy),
             )
         finally:
-            await policy.close()
+            close = getattr(policy, "close", None)  # samplers hold workers; a scripted policy has none
+            if close is not None:
+                await close()
 
     summary = asyncio.run(run())
     detail = eval_detail(summary, identity)

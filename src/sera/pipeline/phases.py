@@ -35,12 +35,17 @@ LABELS: dict[str, str] = {"eval_base": "before SFT", "eval_sft": "after SFT", "e
 """How the report names each evaluation."""
 
 
+def finished(folder: Path, kind: str) -> bool:
+    """`folder` holds a finished output of `kind`: `eval` (its `summary.json`) or `train` (a
+    `sera sft` / `sera train` run with a checkpoint: `checkpoints/latest`), the files written last."""
+    if kind not in ("eval", "train"):
+        raise ValueError(f"kind must be 'eval' or 'train', got {kind!r}")
+    return (folder / "summary.json").is_file() if kind == "eval" else (folder / CKPT_DIR / LATEST).is_file()
+
+
 def output_present(out: Path, name: str) -> bool:
-    """The phase's output is on disk (the marker its writer puts last)."""
-    folder = out / name
-    if name in EVAL_PHASES:
-        return (folder / "summary.json").is_file()
-    return (folder / CKPT_DIR / LATEST).is_file()
+    """The phase's output is on disk."""
+    return finished(out / name, "eval" if name in EVAL_PHASES else "train")
 
 
 def dependents(name: str) -> list[str]:

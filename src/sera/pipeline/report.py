@@ -191,6 +191,8 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
         success={LABELS[n]: data.evaluations[n].success for n in done},
         valid_replies={LABELS[n]: data.evaluations[n].replies for n in done},
         nll=nll,
+        rl_status=rl.status if rl.status != "pending" else None,
+        rl_note=rl.error or rl.detail.get("reason"),
         rl_steps=data.rl.steps if data.rl else None, rl_updates=data.rl.updates if data.rl else None,
         rl_stopped_by=rl.detail.get("stopped_by") if rl.status == "done" else None,
         infra_failures=sum(e.infra_failures for e in data.evaluations.values()),

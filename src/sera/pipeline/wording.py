@@ -89,12 +89,16 @@ class Facts:
     """Parseable replies per completed evaluation, same labels."""
     nll: list[float] = field(default_factory=list)
     """Held-out NLL before SFT and after each epoch (empty without SFT)."""
+    rl_status: str | None = None
+    """The RL phase's status (`done`, `failed`, `interrupted`, `skipped`, ...); None: no RL phase recorded."""
+    rl_note: str | None = None
+    """Its one-line error, or why it was skipped."""
     rl_steps: int | None = None
-    """RL rounds done (None: no RL)."""
+    """RL rounds recorded (None: no RL run on disk)."""
     rl_updates: int | None = None
-    """RL optimizer updates done (None: no RL)."""
+    """RL optimizer updates recorded (None: no RL run on disk)."""
     rl_stopped_by: str | None = None
-    """Why RL stopped before `steps.max_steps` (`deadline`), or None."""
+    """Why a finished RL stopped before `steps.max_steps` (`deadline`), or None."""
     infra_failures: int = 0
     """Evaluation rollouts lost to the infrastructure (not model results)."""
     tasks: int | None = None
@@ -113,12 +117,7 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(compare("Parseable replies", a, facts.valid_replies[a], b, facts.valid_replies[b]))
     if facts.nll:
         out.append(describe_nll(facts.nll))
-    if facts.rl_updates is not None:
-        stop = " (stopped by the time budget)" if facts.rl_stopped_by == "deadline" else ""
-        line = f"RL made {facts.rl_updates} optimizer update(s) in {facts.rl_steps} step(s){stop}"
-        if facts.rl_updates == 0:
-            line += "; the evaluation after RL measured the starting weights again"
-        out.append(line + ".")
+    out += rl_sentences(facts)
     if facts.infra_failures:
         out.append(f"{facts.infra_failures} evaluation rollout(s) failed for infrastructure reasons; they are "
                    f"reported apart and not counted as model results.")
@@ -126,3 +125,21 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(f"Each evaluation is one greedy rollout on each of the same {facts.tasks} held-out tasks; "
                    f"a change smaller than the 95% intervals is not claimed.")
     return out
+
+
+def rl_sentences(facts: Facts) -> list[str]:
+    """What RL did, by the phase's status (a failed or unfinished RL is never described as done)."""
+    done = f"{facts.rl_updates} optimizer update(s) in {facts.rl_steps} step(s)" if facts.rl_updates is not None else None
+    if facts.rl_status == "skipped":
+        return [f"RL did not run ({facts.rl_note})."]
+    if facts.rl_status == "failed":
+        return ["RL failed" + (f" after {done}" if done else "") + f" ({facts.rl_note}); there is no evaluation after RL."]
+    if facts.rl_status in ("interrupted", "running"):
+        return ["RL did not finish" + (f" ({done} so far)" if done else "") + "; rerun the job to resume it."]
+    if facts.rl_status != "done" or done is None:
+        return []
+    stop = " (stopped by the time budget)" if facts.rl_stopped_by == "deadline" else ""
+    line = f"RL made {done}{stop}"
+    if facts.rl_updates == 0 and "after RL" in facts.success:
+        line += "; the evaluation after RL measured the starting weights again"
+    return [line + "."]
