@@ -555,7 +555,7 @@ def pipeline_command(
                           *(["--preset", preset] if preset else []), *overrides])
     try:
         cfg = load_config(config, preset=preset, overrides=overrides, host=True)
-        result = run_pipeline(cfg, out, command=command, log=typer.echo,
+        result = run_pipeline(cfg, out, command=command, log=lambda m: typer.echo(m),
                               detail=lambda m: console.print(f"    {m}", markup=False, highlight=False, soft_wrap=True))
     except (ConfigError, PipelineError) as exc:
         _fail(str(exc))

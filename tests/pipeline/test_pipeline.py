@@ -48,9 +48,11 @@ def test_every_phase_runs_and_the_report_has_its_sections(job) -> None:
         assert len(list((out / name / "rollouts").glob("*/0.json"))) == 6
     assert json.loads((out / "eval_rl" / "run.json").read_text())["model_weights"].startswith("step_")
     assert json.loads((out / "rl" / "init_from.json").read_text())["path"] == str((out / "sft").resolve())
-    lines = [line for line in result.output.splitlines() if not line.startswith(" ")]
-    assert [line.split(":")[0] for line in lines if line.endswith("running")] == PHASES
-    assert f"report: {out / 'report.md'}" in result.output
+    # stdout: one line per phase (how it ended), then where the outputs are; stderr: the rest, indented.
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[1:6]] == PHASES and all(" done in " in line for line in lines[1:6])
+    assert lines[6:] == [f"report: {out / 'report.md'}", f"outputs under {out}/; report: {out / 'report.md'}"]
+    assert [line.strip().split(":")[0] for line in result.stderr.splitlines() if line.endswith(": running")] == PHASES
     report = (out / "report.md").read_text()
     for section in ("## Summary", "## Run", "## Phases", "## Success on the fixed held-out set",
                     "## Behaviour in the evaluations", "## SFT", "## RL steps", "## Supervision spent", "## Learning curve"):
@@ -80,7 +82,7 @@ def test_a_finished_job_does_nothing_again_and_a_removed_phase_alone_reruns(job,
     third = pipeline(out, "pipeline.budget_minutes=20")  # the budget may change between runs
     assert third.exit_code == 0, third.output
     after = record(out)
-    assert [line.split(":")[0] for line in third.output.splitlines() if line.endswith("running")] == ["eval_rl"]
+    assert [line.strip().split(":")[0] for line in third.output.splitlines() if line.endswith(": running")] == ["eval_rl"]
     assert {n: after[n] for n in PHASES[:-1]} == {n: before[n] for n in PHASES[:-1]}
     assert after["eval_rl"]["started_at"] >= before["eval_rl"]["started_at"] and after["eval_rl"]["status"] == "done"
     assert len(json.loads((out / "pipeline.json").read_text())["invocations"]) == 3

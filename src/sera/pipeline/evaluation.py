@@ -48,7 +48,8 @@ def rubric_launcher(cfg: TrainConfig, spec: Any, policy: Any) -> Any:
 
 def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str | None]:
     """`(sampler, model description, weights identity)`: the config's base model, or the newest
-    checkpoint of the run directory `weights` applied to it, in `model.dtype` on `model.device`."""
+    checkpoint of the run directory `weights` applied to it (described as `<base>+<folder name>`),
+    in `model.dtype` on `model.device`."""
     from sera.policy.checkpoint_model import load_trained, resolve
     from sera.policy.transformers_sampler import TransformersSampler
 
@@ -61,7 +62,9 @@ def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str |
         if source is None or source.kind != "train":
             raise PhaseFailed(f"{weights} holds no checkpoint of sera sft or sera train")
         model, tokenizer = load_trained(source)
-        name, identity = str(weights), source.identity
+        # Named by the run folder's name, not its path, so a job moved or given by another path
+        # still matches its evaluations' fingerprints; the weights' sha256 is in `identity`.
+        name, identity = f"{cfg.model.name}+{weights.name}", source.identity
     model = model.to(dtype=_DTYPES[cfg.model.dtype], device=cfg.model.device)
     return TransformersSampler(model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency)), name, identity
 

@@ -116,8 +116,9 @@ def check_stale(record: JobRecord, out: Path, cfg: TrainConfig) -> None:
 
 def run_pipeline(cfg: TrainConfig, out: str | Path, *, command: str, log: Callable[[str], None] = print,
                  detail: Callable[[str], None] | None = None) -> PipelineResult:
-    """Run (or resume) the job in `out`. `log` gets one line per phase; `detail` the phases' own
-    progress lines (default: `log`, indented). `PipelineError` (one line) when the job cannot start."""
+    """Run (or resume) the job in `out`. `log` gets one line per phase (how it ended, or that it
+    was kept or skipped) and the report's path; `detail` the start of each phase and the phases'
+    own progress lines (default: `log`, indented). `PipelineError` (one line) when the job cannot start."""
     start = time.monotonic()
     out = Path(out)
     check_config(out, cfg)
@@ -214,7 +215,7 @@ def _step(cfg: TrainConfig, out: Path, name: str, record: JobRecord, budget: Bud
             return None
         init = out / "sft" if cfg.pipeline.sft else None
         work = lambda: rl_work(cfg, folder, init, deadline, detail)  # noqa: E731
-    log(f"{name}: running")
+    detail(f"{name}: running")
     phase = run_phase(record, name, work)
     log(_phase_line(phase))
     return phase
