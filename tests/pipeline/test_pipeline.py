@@ -131,6 +131,21 @@ def test_a_failing_phase_is_recorded_and_the_job_exits_nonzero(tmp_path: Path) -
     assert "- RL failed after 0 optimizer update(s) in 1 step(s)" in report
 
 
+def test_a_signal_during_rl_is_an_interruption_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sera.train import loop
+
+    # What run_train returns after SIGTERM: it checkpointed and stopped.
+    monkeypatch.setattr(loop, "run_train", lambda *a, **k: loop.RunResult(steps=1, version=1, stopped_by="SIGTERM"))
+    out = tmp_path / "job"
+    result = pipeline(out, "pipeline.sft=false")
+    assert result.exit_code == 143, result.output
+    rl = record(out)["rl"]
+    assert rl["status"] == "interrupted" and rl["error"] == "stopped by SIGTERM" and rl["detail"]["updates"] == 1
+    assert record(out)["eval_rl"]["status"] == "pending"
+    assert "rl: interrupted after" in result.stdout
+    assert "- RL did not finish; rerun the job to resume it." in (out / "report.md").read_text()
+
+
 class Broken:
     """A policy whose every call fails: the infrastructure's fault, not the model's."""
 

@@ -160,8 +160,8 @@ def _run(cfg: TrainConfig, out: Path, start: float, command: str, log: Callable[
                 break
     except KeyboardInterrupt:  # outside RL (which checkpoints and returns): recorded by run_phase
         log("interrupted (SIGINT); rerun the same command to resume")
-        return PipelineResult(out=out, report=None, exit_code=SIGNAL_EXIT["SIGINT"], ran=tuple(ran),
-                              stopped_at=ran[-1] if ran else None)
+        stopped_at = next((n for n in PHASES if record.phase(n).status == "interrupted"), None)
+        return PipelineResult(out=out, report=None, exit_code=SIGNAL_EXIT["SIGINT"], ran=tuple(ran), stopped_at=stopped_at)
     invocation["ended_phases_at"] = now_iso()
     invocation["used_s"] = round(budget.used(), 3)
     record.save()
