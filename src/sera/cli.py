@@ -528,6 +528,44 @@ def sft_command(
                     f"{result.nll_after:.4f} nats/token; checkpoint {result.checkpoint}", soft_wrap=True)
 
 
+@app.command("pipeline", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def pipeline_command(
+    ctx: typer.Context,
+    config: Annotated[Path, typer.Option(help="Run config, e.g. configs/main/textcraft-cpu.yaml.")],
+    out: Annotated[Path, typer.Option(help="Job directory: pipeline.json, config.yaml, eval_base/, sft/, eval_sft/, rl/, eval_rl/, report.md.")],
+    preset: Annotated[str | None, typer.Option(help="Scale preset beneath the config: paper, cpu or tiny.")] = None,
+) -> None:
+    """The main job: evaluate the base model, SFT, evaluate, RL for the time left, evaluate, report.
+
+    Extra arguments are config overrides (`pipeline.budget_minutes=30`, `pipeline.eval_tasks=8`,
+    `sft.train_tasks=4`, `steps.max_steps=4`). Rerun the same command to resume: finished phases
+    are kept, RL continues from its checkpoint. Exit status 1 when a phase failed (recorded in
+    pipeline.json), 2 for bad input, 130/143 when a signal stopped it.
+    """
+    import shlex
+
+    from sera.pipeline.job import PipelineError, run_pipeline
+    from sera.train.config import ConfigError, load_config
+
+    overrides = list(ctx.args)
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        _fail(f"unexpected argument(s) {bad}; overrides are key=value (e.g. pipeline.budget_minutes=30)")
+    command = shlex.join(["sera", "pipeline", "--config", str(config), "--out", str(out),
+                          *(["--preset", preset] if preset else []), *overrides])
+    try:
+        cfg = load_config(config, preset=preset, overrides=overrides, host=True)
+        result = run_pipeline(cfg, out, command=command, log=lambda m: typer.echo(m),
+                              detail=lambda m: console.print(f"    {m}", markup=False, highlight=False, soft_wrap=True))
+    except (ConfigError, PipelineError) as exc:
+        _fail(str(exc))
+        raise
+    if result.report is not None:
+        typer.echo(f"outputs under {out}/; report: {result.report}")
+    if result.exit_code:
+        raise typer.Exit(code=result.exit_code)
+
+
 def main() -> None:
     """Console entry point."""
     app()

@@ -16,6 +16,8 @@ any config can be loaded and described anywhere.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -326,6 +328,15 @@ class PipelineConfig(_Section):
     """Run the SFT warm start (else RL starts from the base model)."""
     rl: bool = True
     """Run RL."""
+    sft_lr: float | None = Field(None, gt=0)
+    """Learning rate of the SFT phase; null: `optimizer.lr` (RL wants a rate 10-20x lower than SFT)."""
+    eval_rubrics: bool = True
+    """For methods whose children are credited by a frozen rubric (SERA): during the evaluations,
+    have the policy write (greedy) and score a rubric for every child it launches, hidden from the
+    agents, so the report can give the share of valid rubrics; false: plain children."""
+    final_eval_margin: float = Field(1.5, ge=1.0)
+    """RL stops early enough to leave this many times the measured `eval_sft` wall time (the
+    final evaluation's estimate) plus a fixed reserve for the report."""
 
 
 class TrainConfig(_Section):
@@ -434,6 +445,11 @@ def _check_environment(cfg: TrainConfig) -> None:
         raise ValueError(f"eval.split={cfg.eval.split!r}: {e.name} has splits {list(env.splits)}")
     if cfg.sft.val_split is not None and cfg.sft.val_split not in env.splits:
         raise ValueError(f"sft.val_split={cfg.sft.val_split!r}: {e.name} has splits {list(env.splits)}")
+    p = cfg.pipeline
+    if p.eval_split is not None and p.eval_split not in env.splits:
+        raise ValueError(f"pipeline.eval_split={p.eval_split!r}: {e.name} has splits {list(env.splits)}")
+    if p.eval_difficulty is not None and p.eval_difficulty not in DIFFICULTIES:
+        raise ValueError(f"pipeline.eval_difficulty={p.eval_difficulty!r}: use one of {list(DIFFICULTIES)} or null")
 
 
 def _with_suggestion(message: str, method: MethodConfig) -> str:
@@ -636,6 +652,12 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
             out.update(_flatten(value, f"{prefix}{key}."))
         return out
     return {prefix.rstrip("."): data}
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    """sha256 of the resolved config's canonical JSON (sorted keys): equal configs, equal hashes."""
+    text = json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def config_diff(a: TrainConfig, b: TrainConfig) -> list[str]:

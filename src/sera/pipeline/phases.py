@@ -1,0 +1,105 @@
+"""The main job's phases: what each one runs, where its output goes, and when it is complete.
+
+| phase | folder | runs | complete when |
+|---|---|---|---|
+| `eval_base` | `eval_base/` | the config's model on the fixed set (`sera.pipeline.evaluation`) | `summary.json` |
+| `sft` | `sft/` | `run_sft` (`sera sft`), at `pipeline.sft_lr` | `checkpoints/latest` |
+| `eval_sft` | `eval_sft/` | the SFT run's newest checkpoint on the fixed set | `summary.json` |
+| `rl` | `rl/` | `run_train(init_from=sft/, deadline=...)`; resumed from its checkpoint | `checkpoints/latest` |
+| `eval_rl` | `eval_rl/` | the RL run's newest checkpoint on the fixed set | `summary.json` |
+
+Each function returns the `detail` that `pipeline.json` keeps, or raises (`PhaseFailed`, or
+`PhaseInterrupted` when a signal stopped RL after its checkpoint).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sera.pipeline.evaluation import run_evaluation
+from sera.pipeline.record import PhaseInterrupted
+from sera.train.checkpoint import LATEST
+from sera.train.config import TrainConfig, load_config, validate_config
+from sera.train.run_dir import CKPT_DIR, CONFIG_FILE
+
+PHASES: tuple[str, ...] = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
+"""The phases in the order they run."""
+EVAL_PHASES = frozenset({"eval_base", "eval_sft", "eval_rl"})
+"""The evaluations of the fixed set."""
+DEPENDS_ON: dict[str, str] = {"eval_sft": "sft", "rl": "sft", "eval_rl": "rl"}
+"""What each phase is made from (its output is stale once that phase is redone)."""
+LABELS: dict[str, str] = {"eval_base": "before SFT", "eval_sft": "after SFT", "eval_rl": "after RL"}
+"""How the report names each evaluation."""
+
+
+def finished(folder: Path, kind: str) -> bool:
+    """`folder` holds a finished output of `kind`: `eval` (its `summary.json`) or `train` (a
+    `sera sft` / `sera train` run with a checkpoint: `checkpoints/latest`), the files written last."""
+    if kind not in ("eval", "train"):
+        raise ValueError(f"kind must be 'eval' or 'train', got {kind!r}")
+    return (folder / "summary.json").is_file() if kind == "eval" else (folder / CKPT_DIR / LATEST).is_file()
+
+
+def output_present(out: Path, name: str) -> bool:
+    """The phase's output is on disk."""
+    return finished(out / name, "eval" if name in EVAL_PHASES else "train")
+
+
+def dependents(name: str) -> list[str]:
+    """Every phase made, directly or not, from `name`."""
+    direct = [p for p, source in DEPENDS_ON.items() if source == name]
+    return direct + [d for p in direct for d in dependents(p)]
+
+
+def sft_config(cfg: TrainConfig) -> TrainConfig:
+    """The config of the SFT phase: the job's, at `pipeline.sft_lr` when set."""
+    if cfg.pipeline.sft_lr is None:
+        return cfg
+    data = cfg.model_dump(mode="json")
+    data["optimizer"]["lr"] = cfg.pipeline.sft_lr
+    return validate_config(data, source="sft phase")
+
+
+def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None) -> dict[str, Any]:
+    """An evaluation phase: `weights` None for the config's base model."""
+    _, detail = run_evaluation(cfg, folder, weights)
+    return detail
+
+
+def sft_work(cfg: TrainConfig, folder: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The SFT phase (`run_sft` does not resume: the caller clears an unfinished attempt first)."""
+    from sera.train.sft import run_sft
+
+    result = run_sft(sft_config(cfg), folder, log=log)
+    return {"steps": result.steps, "nll_before": result.nll_before, "nll_after": result.nll_after,
+            "train_datums": result.train_datums, "val_datums": result.val_datums,
+            "checkpoint": str(result.checkpoint)}
+
+
+def rl_work(cfg: TrainConfig, folder: Path, init: Path | None, deadline: float | None,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """The RL phase: a fresh run from `init` (None: the base model), or the run in `folder`
+    resumed from its newest checkpoint. A signal that stopped the loop is `PhaseInterrupted`."""
+    from sera.train.loop import run_train
+
+    resume = (folder / CONFIG_FILE).is_file()
+    if folder.exists() and not resume:
+        shutil.rmtree(folder)  # a start that died before writing its config holds nothing to keep
+    run_cfg = resume_config(folder, cfg) if resume else cfg
+    result = run_train(run_cfg, folder, resume=resume, init_from=None if resume else init, deadline=deadline, log=log)
+    detail = {"steps": result.steps, "updates": result.version, "stopped_by": result.stopped_by, "resumed": resume}
+    if result.stopped_by not in (None, "deadline"):
+        raise PhaseInterrupted(result.stopped_by, detail)
+    return detail
+
+
+def resume_config(folder: Path, cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the `pipeline` section the run in `folder` was started with (the budget may
+    change between runs of the job; `sera train --resume` would refuse it as a change)."""
+    saved = load_config(folder / CONFIG_FILE)
+    data = cfg.model_dump(mode="json")
+    data["pipeline"] = saved.pipeline.model_dump(mode="json")
+    return validate_config(data, source=str(folder / CONFIG_FILE))
