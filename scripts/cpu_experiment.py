@@ -112,7 +112,7 @@ def config(args: argparse.Namespace, method: str, seed: int) -> TrainConfig:
         f"rollout.concurrency={max(args.batch_tasks * args.trees, 1)}", f"rollout.max_calls_per_agent={args.max_calls}",
         f"rollout.max_tokens={args.max_tokens}", f"optimizer.lr={args.rl_lr}", f"steps.max_steps={args.updates}",
         f"checkpoint.every={args.updates}", f"sft.train_tasks={args.sft_tasks}", f"sft.val_tasks={args.sft_val_tasks}",
-        f"sft.epochs={args.sft_epochs}", f"sft.max_calls_per_agent={args.sft_max_calls}", f"pipeline.sft_lr={args.sft_lr}",
+        f"sft.epochs={args.sft_epochs}", f"sft.max_calls_per_agent={args.sft_max_calls}", f"sft.lr={args.sft_lr}",
         f"pipeline.eval_tasks={args.eval_tasks}", "pipeline.eval_difficulty=easy", f"pipeline.eval_max_calls={args.max_calls}",
         f"seed={seed}", *args.set,
     ]

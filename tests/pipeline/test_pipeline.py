@@ -17,7 +17,7 @@ from sera.pipeline import evaluation
 
 CONFIG = "configs/letters/rao.yaml"
 KEYS = ["pipeline.eval_tasks=6", "sft.train_tasks=8", "sft.val_tasks=3", "sft.epochs=2", "sft.batch_datums=4",
-        "pipeline.sft_lr=1e-3", "steps.max_steps=2", "rollout.batch_tasks=4", "rollout.trees_per_task=4"]
+        "sft.lr=1e-3", "steps.max_steps=2", "rollout.batch_tasks=4", "rollout.trees_per_task=4"]
 PHASES = ["eval_base", "sft", "eval_sft", "rl", "eval_rl"]
 
 

@@ -3,7 +3,7 @@
 | phase | folder | runs | complete when |
 |---|---|---|---|
 | `eval_base` | `eval_base/` | the config's model on the fixed set (`sera.pipeline.evaluation`) | `summary.json` |
-| `sft` | `sft/` | `run_sft` (`sera sft`), at `pipeline.sft_lr` | `checkpoints/latest` |
+| `sft` | `sft/` | `run_sft` (`sera sft`, at `sft.lr`) | `checkpoints/latest` |
 | `eval_sft` | `eval_sft/` | the SFT run's newest checkpoint on the fixed set | `summary.json` |
 | `rl` | `rl/` | `run_train(init_from=sft/, deadline=...)`; resumed from its checkpoint | `checkpoints/latest` |
 | `eval_rl` | `eval_rl/` | the RL run's newest checkpoint on the fixed set | `summary.json` |
@@ -54,15 +54,6 @@ def dependents(name: str) -> list[str]:
     return direct + [d for p in direct for d in dependents(p)]
 
 
-def sft_config(cfg: TrainConfig) -> TrainConfig:
-    """The config of the SFT phase: the job's, at `pipeline.sft_lr` when set."""
-    if cfg.pipeline.sft_lr is None:
-        return cfg
-    data = cfg.model_dump(mode="json")
-    data["optimizer"]["lr"] = cfg.pipeline.sft_lr
-    return validate_config(data, source="sft phase")
-
-
 def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None) -> dict[str, Any]:
     """An evaluation phase: `weights` None for the config's base model."""
     _, detail = run_evaluation(cfg, folder, weights)
@@ -73,7 +64,7 @@ def sft_work(cfg: TrainConfig, folder: Path, log: Callable[[str], None]) -> dict
     """The SFT phase (`run_sft` does not resume: the caller clears an unfinished attempt first)."""
     from sera.train.sft import run_sft
 
-    result = run_sft(sft_config(cfg), folder, log=log)
+    result = run_sft(cfg, folder, log=log)
     return {"steps": result.steps, "nll_before": result.nll_before, "nll_after": result.nll_after,
             "train_datums": result.train_datums, "val_datums": result.val_datums,
             "checkpoint": str(result.checkpoint)}

@@ -328,8 +328,6 @@ class PipelineConfig(_Section):
     """Run the SFT warm start (else RL starts from the base model)."""
     rl: bool = True
     """Run RL."""
-    sft_lr: float | None = Field(None, gt=0)
-    """Learning rate of the SFT phase; null: `optimizer.lr` (RL wants a rate 10-20x lower than SFT)."""
     eval_rubrics: bool = True
     """For methods whose children are credited by a frozen rubric (SERA): during the evaluations,
     have the policy write (greedy) and score a rubric for every child it launches, hidden from the
