@@ -242,12 +242,20 @@ class VLLMServer:
                 proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        # Engine workers may outlive the API process (or a killed one); none may be left behind.
+        # Engine workers may outlive the API process (or a killed one); none may be left behind,
+        # and a restart must not start a second engine beside a dying one.
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                break
+            time.sleep(0.1)
 
     def __enter__(self) -> VLLMServer:
         self.start()
