@@ -79,6 +79,7 @@ def test_a_failed_round_is_sampled_again_and_trains_what_a_clean_run_trains(tmp_
     flaky = run(tmp_path / "flaky", "max_steps=2", tree_policy=failing_samplings({0}))
     assert [line["infra/resampled_rounds"] for line in flaky] == [1, 0]
     assert [line["infra/restarts"] for line in flaky] == [0, 0]
+    assert "endpoint_down" in flaky[0]["infra/failure"] and "infra/failure" not in flaky[1]
     for a, b in zip(clean, flaky):
         assert (a["tasks"], a["datums"], a["trainable_datums"], a["trained_tokens"]) == (
             b["tasks"], b["datums"], b["trainable_datums"], b["trained_tokens"])

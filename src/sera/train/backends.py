@@ -45,7 +45,7 @@ class SamplerBackend(Protocol):
         ...
 
     def where(self) -> str:
-        """Where to look when sampling fails, as a phrase."""
+        """Where to look when sampling fails, as a clause ("see the vLLM server log ...")."""
         ...
 
     def close(self) -> None:
@@ -73,7 +73,7 @@ class InProcessBackend:
 
     def where(self) -> str:
         """The in-process sampler has no log of its own."""
-        return "the failure above (the in-process sampler has nothing to restart)"
+        return "the in-process sampler has nothing to restart"
 
     def close(self) -> None:
         """Stop the sampler's batching worker."""

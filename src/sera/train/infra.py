@@ -47,7 +47,7 @@ class Recovering(Protocol):
         ...
 
     def where(self) -> str:
-        """Where to look when sampling fails (e.g. the server log), as a phrase."""
+        """Where to look when sampling fails, as a clause ("see the vLLM server log ...")."""
         ...
 
 
@@ -111,7 +111,7 @@ def sample_cleanly(sample: Callable[[], _R], groups: Callable[[_R], list[list[Ro
     again, more = _attempt(sample, groups, failures)
     if more:
         raise InfraFailure(f"step {step}: sampling failed on the infrastructure twice, so the round is not trained "
-                           f"({len(more)} failures, first: {more[0]}); see {backend.where()}")
+                           f"({len(more)} failures, first: {more[0]}); {backend.where()}")
     return again, CleanRound(resampled=1, restarts=backend.restarts - restarts, first_failure=problems[0])
 
 

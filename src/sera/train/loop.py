@@ -276,6 +276,8 @@ class Trainer:
 
         record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage,
                                   "infra/resampled_rounds": clean.resampled, "infra/restarts": clean.restarts}
+        if clean.first_failure is not None:
+            record["infra/failure"] = clean.first_failure  # why the first sampling was discarded
         timing = {"sampling": t1 - t0, "save_trees": t2 - t1, "credit": t3 - t2, "update": 0.0, "sync": 0.0, "eval": 0.0}
         if trainable >= cfg.steps.min_trainable_datums:
             busy = self.inflight.count

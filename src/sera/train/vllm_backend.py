@@ -123,8 +123,8 @@ class VllmBackend:
     def where(self) -> str:
         """Where to look when sampling fails."""
         if self.server is not None:
-            return f"the vLLM server log {self.server.log_path}"
-        return f"the log of the vLLM server at {self.sampler.base_url}"
+            return f"see the vLLM server log {self.server.log_path}"
+        return f"see the log of the vLLM server at {self.sampler.base_url}"
 
     def sync(self, learner: Any, version: int) -> SyncReport:
         """`VLLMAdapterSync.sync`, once more after `recover` when the server did not answer;
@@ -162,7 +162,7 @@ class VllmBackend:
             raise InfraFailure(f"restarting the vLLM server failed: {exc}") from None
         except AdminError as exc:
             raise InfraFailure(f"the vLLM server did not take the adapter back after recovering: {exc}; "
-                               f"see {self.where()}") from None
+                               f"{self.where()}") from None
 
     def close(self) -> None:
         """Close the HTTP client and stop a started server."""
