@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
 import time
 import urllib.request
@@ -156,6 +158,35 @@ def test_vllm_backend_hot_loads_every_version_and_restarts_a_server_killed_mid_r
     assert log.count("--- sera: starting") == 2 and "--enable-lora --max-lora-rank 8 --max-loras 2" in log
     port = log.split("--port ")[1].split()[0]
     assert not http_ok(f"http://127.0.0.1:{port}/health", 1)  # stopped when the run ended
+
+
+def server_gone(out: Path) -> bool:
+    """The last server the run started answers no more and its process group is gone."""
+    log = (out / "vllm-server.log").read_text()
+    port = log.split("--port ")[-1].split()[0]
+    pid = int(re.findall(r"APIServer pid=(\d+)", log)[-1])
+    try:
+        os.killpg(pid, 0)
+        return False
+    except ProcessLookupError:
+        return not http_ok(f"http://127.0.0.1:{port}/health", 1)
+
+
+def test_the_started_server_is_stopped_on_a_signal_and_on_an_exception(tmp_path, fake_vllm_python) -> None:
+    out = tmp_path / "run"
+    keys = ["max_steps=3", *LORA, "sampler.backend=vllm", f"sampler.vllm.python={fake_vllm_python}",
+            "sampler.vllm.start_timeout_s=120"]
+    interrupt = at_version(1, lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C during round 1
+    cfg = load_config(CONFIG, overrides=["checkpoint.every=100", *keys])
+    result = loop.run_train(cfg, out, tree_policy=interrupt, log=lambda line: None)
+    assert result.stopped_by == "SIGINT" and result.version == 2 and server_gone(out)
+
+    def broken(policy, task, k):
+        raise RuntimeError("a bug in the tree policy")
+
+    with pytest.raises(RuntimeError, match="a bug in the tree policy"):
+        loop.run_train(None, out, resume=True, tree_policy=broken, log=lambda line: None)
+    assert server_gone(out)
 
 
 @pytest.fixture

@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-lora-rank", type=int, default=16)
     args, _ = parser.parse_known_args(argv)
     fake = FakeVLLM(args.model, args.served_model_name, args.port, args.max_lora_rank)
-    print(f"fake vllm serving {args.model} as {args.served_model_name} on port {fake.port}: {' '.join(sys.argv)}",
-          flush=True)
+    print(f"(APIServer pid={os.getpid()}) fake vllm serving {args.model} as {args.served_model_name} on port "
+          f"{fake.port}: {' '.join(sys.argv)}", flush=True)  # vLLM's log names its pid the same way
     fake.httpd.serve_forever()
 
 
