@@ -172,7 +172,8 @@ def server_gone(out: Path) -> bool:
         return not http_ok(f"http://127.0.0.1:{port}/health", 1)
 
 
-def test_the_started_server_is_stopped_on_a_signal_and_on_an_exception(tmp_path, fake_vllm_python) -> None:
+def test_the_started_server_is_stopped_on_a_signal_and_on_an_exception_and_the_run_resumes(tmp_path,
+                                                                                         fake_vllm_python) -> None:
     out = tmp_path / "run"
     keys = ["max_steps=3", *LORA, "sampler.backend=vllm", f"sampler.vllm.python={fake_vllm_python}",
             "sampler.vllm.start_timeout_s=120"]
@@ -186,6 +187,11 @@ def test_the_started_server_is_stopped_on_a_signal_and_on_an_exception(tmp_path,
 
     with pytest.raises(RuntimeError, match="a bug in the tree policy"):
         loop.run_train(None, out, resume=True, tree_policy=broken, log=lambda line: None)
+    assert server_gone(out)
+    # A resumed run serves its checkpointed version from a fresh server and carries on.
+    got = run(out, resume=True)
+    assert [line["policy_version"] for line in got] == [0, 1, 2]
+    assert got[-1]["sync/adapter"] == "policy-v000003" and [p.name for p in (out / "adapters").iterdir()] == ["v000003"]
     assert server_gone(out)
 
 
