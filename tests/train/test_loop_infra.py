@@ -248,3 +248,12 @@ def test_a_given_server_that_vanishes_is_not_restarted_and_the_run_stops_checkpo
     assert "\n" not in text and "sampler.vllm.base_url" in text and "cannot restart" in text
     assert [line["step"] for line in lines(out)] == [0]
     assert load_latest(out / "checkpoints").manifest.step == 1
+
+
+def test_a_missing_vllm_python_stops_the_run_before_any_step_with_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(TrainError) as missing:
+        run(out, "max_steps=1", *LORA, "sampler.backend=vllm", f"sampler.vllm.python={tmp_path / 'venv/bin/python'}")
+    text = str(missing.value)
+    assert "\n" not in text and str(tmp_path / "venv/bin/python") in text and "make vllm-setup" in text
+    assert not (out / "metrics.jsonl").exists() and not (out / "checkpoints").exists()
