@@ -63,7 +63,7 @@ async def measure(sampler: Any, n: int, max_tokens: int, repeats: int) -> dict[s
 
 
 async def bench_vllm(args: argparse.Namespace, model_dir: Path, dtype: str) -> dict[str, Any]:
-    server = VLLMServer(python=args.vllm_python, model_dir=model_dir, served_name="smollm2", dtype=dtype)
+    server = VLLMServer(python=args.vllm_python, model_dir=model_dir, served_name="smollm2", dtype=dtype, cpu=True)
     started = time.perf_counter()
     server.start(ready_timeout_s=900)
     start_s = time.perf_counter() - started

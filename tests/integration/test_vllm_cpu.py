@@ -56,7 +56,9 @@ def model_dir() -> Path:
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     log = tmp_path_factory.mktemp("vllm") / "server.log"
-    srv = VLLMServer(python=str(VLLM_PYTHON), model_dir=model_dir, served_name=SERVED, dtype=VLLM_DTYPE, log_path=log)
+    # cpu=True: every core for the engine, and no chunked prefill (seeded requests kill it otherwise).
+    srv = VLLMServer(python=str(VLLM_PYTHON), model_dir=model_dir, served_name=SERVED, dtype=VLLM_DTYPE, log_path=log,
+                     cpu=True)
     REPORT["server_dtype"] = VLLM_DTYPE
     started = time.monotonic()
     srv.start(ready_timeout_s=600)

@@ -154,6 +154,10 @@ def test_methods_that_need_no_judge_load_without_one() -> None:
     ("textcraft-synth/sera.yaml", ["loss.clip_low=6"], "clip_low <= clip_high"),
     ("textcraft-synth/sera.yaml", ["loss.kl_coef=0.1"], "loss.kl_coef"),
     ("textcraft-synth/sera.yaml", ["environment.tasks_file=/nonexistent/tasks.jsonl"], "no such file"),
+    ("textcraft-synth/rao.yaml", ["sampler.backend=vllm", "model.finetune=full"], "set model.finetune=lora"),
+    ("textcraft-synth/rao.yaml", ["sampler.backend=vllm", "model.finetune=lora", "model.lora_rank=600"],
+     "model.lora_rank=600: vLLM serves LoRA ranks up to 512"),
+    ("textcraft-synth/rao.yaml", ["sampler.vllm.kv_cache_gib=2.5"], "sampler.vllm.kv_cache_gib"),
 ])
 def test_impossible_combinations(path: str, overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as err:

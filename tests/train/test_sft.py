@@ -146,6 +146,22 @@ def test_init_from_loads_sft_weights_with_fresh_optimizer(sft_run, tmp_path: Pat
     assert all(float(s["step"]) == 1 for s in state["optimizer"]["state"].values())
 
 
+def test_a_resumed_lora_run_keeps_the_init_from_base(sft_run, tmp_path: Path) -> None:
+    # LoRA checkpoints hold only the adapter: a resume must rebuild the base from --init-from's
+    # weights, not from the bare model, or it trains the adapter on another base from then on.
+    out, _ = sft_run
+    keys = ["batch_tasks=2", "K=2", "model.finetune=lora", "model.lora_rank=8", "checkpoint.every=1"]
+    straight = tmp_path / "straight"
+    run_train(load_config(LETTERS, overrides=["max_steps=2", *keys]), straight, init_from=out, log=_quiet)
+    resumed = tmp_path / "resumed"
+    run_train(load_config(LETTERS, overrides=["max_steps=1", *keys]), resumed, init_from=out, log=_quiet)
+    run_train(load_config(LETTERS, overrides=["max_steps=2", *keys]), resumed, resume=True, log=_quiet)
+    a, b = _lines(straight), _lines(resumed)
+    assert [(x["step"], x["trained"]) for x in a] == [(x["step"], x["trained"]) for x in b]
+    trained = [(x["loss"], y["loss"]) for x, y in zip(a, b) if x["trained"]]
+    assert len(trained) == 2 and all(y == pytest.approx(x, abs=1e-5) for x, y in trained)
+
+
 def test_init_from_bad_folders(sft_run, tmp_path: Path) -> None:
     out, _ = sft_run
     cfg = load_config(LETTERS, overrides=["max_steps=1"])

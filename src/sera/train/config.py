@@ -288,12 +288,15 @@ class VllmConfig(_Section):
     """A running server to use (its `/v1` root); null: sera starts one on 127.0.0.1 and stops it."""
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
     """Server weights and compute; `auto`: bf16 on a GPU or a CPU with native bf16, else fp32."""
-    kv_cache_gib: float = Field(4.0, gt=0)
-    """KV-cache space of a CPU server (`VLLM_CPU_KVCACHE_SPACE`), GiB."""
+    kv_cache_gib: int = Field(4, ge=1)
+    """KV-cache space of a CPU server (`VLLM_CPU_KVCACHE_SPACE`), whole GiB (vLLM reads an integer)."""
     start_timeout_s: float = Field(600.0, gt=0)
     """Seconds to wait for a started server to answer `/health`."""
     restarts: int = Field(1, ge=0)
-    """Restarts of a server that died during the run before the run stops."""
+    """Restarts of a started server that died during the run before the run stops."""
+    request_timeout_s: float = Field(600.0, gt=0)
+    """Longest wait for one completion (replies are not streamed: a whole generation, queued
+    behind the round's other requests on a busy server); a call that runs out is retried twice."""
     extra_args: list[str] = Field(default_factory=list)
     """More command-line arguments for a started server."""
 
@@ -387,6 +390,8 @@ class TrainConfig(_Section):
         if self.sampler.backend == "vllm" and self.model.finetune != "lora":
             raise ValueError("sampler.backend='vllm' hot-loads the policy as a LoRA adapter: set model.finetune=lora "
                              "(full-weight sync to vLLM is not built)")
+        if self.sampler.backend == "vllm" and self.model.lora_rank > 512:
+            raise ValueError(f"model.lora_rank={self.model.lora_rank}: vLLM serves LoRA ranks up to 512")
         r = self.rollout
         if r.max_prompt_tokens + r.max_tokens > r.context:
             raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "

