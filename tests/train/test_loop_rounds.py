@@ -135,3 +135,27 @@ def test_a_deadline_stops_before_a_step_that_would_overrun_and_checkpoints(tmp_p
     # A deadline already past starts no step at all.
     again = loop.run_train(None, out, resume=True, log=lambda line: None, deadline=time.monotonic() - 1)
     assert again.stopped_by == "deadline" and again.steps == result.steps
+
+
+def test_the_inprocess_backend_takes_its_prefix_cache_budget_and_frees_it_before_an_update(tmp_path: Path) -> None:
+    import asyncio
+
+    from sera.runtime.policy import SamplingParams
+    from sera.train.backends import open_backend
+    from sera.train.sampling import InFlight
+    from sera.types import Message
+
+    cfg = load_config(CONFIG, overrides=["sampler.prefix_cache_gib=0.5", "rollout.concurrency=3"])
+    model, tokenizer = tiny_model_and_tokenizer(seed=0)
+    learner = TorchLearner(model, LearnerConfig(), tokenizer=tokenizer)
+    backend = open_backend(cfg, tmp_path, learner, tokenizer, InFlight(), None)
+    try:
+        policy = backend.policy
+        assert policy.prefix_cache.budget_bytes == 1024**3 // 2 and policy._engine.max_rows == 6
+        prompt = [Message(role="system", content="You spell letters. " * 20), Message(role="user", content="a")]
+        asyncio.run(policy(prompt, SamplingParams(temperature=0.0, max_tokens=4)))
+        assert policy.prefix_cache.nbytes > 0
+        backend.before_update()
+        assert policy.prefix_cache.nbytes == 0
+    finally:
+        backend.close()

@@ -6,7 +6,10 @@ A backend gives the loop
   canary (a backend is the loop's `WeightSync`);
 - `recover(reason)`: make `policy` usable again after an infrastructure failure, or raise
   `InfraFailure` (`sera.train.infra`); `restarts` counts what that took;
-- `where()`: where to look when sampling fails; `close()`: release it (stop a started server).
+- `where()`: where to look when sampling fails; `close()`: release it (stop a started server);
+- `before_update()`: called while no call is in flight, just before the learner steps (the
+  in-process sampler frees its KV buffers and prefix cache there: their keys belong to the old
+  weights, and the learner's step needs the memory).
 
 `inprocess`: a `TransformersSampler` over the learner's own module with `SharedModuleSync`;
 there is nothing to restart, so a failed round is only sampled again. `vllm`:
@@ -52,6 +55,10 @@ class SamplerBackend(Protocol):
         """Release the sampler (stop a server sera started)."""
         ...
 
+    def before_update(self) -> None:
+        """The learner is about to step (no call in flight)."""
+        ...
+
 
 @dataclass
 class InProcessBackend:
@@ -79,6 +86,10 @@ class InProcessBackend:
         """Stop the sampler's batching worker."""
         asyncio.run(self.policy.close())
 
+    def before_update(self) -> None:
+        """Free the KV buffers and the prefix cache (stale after the update anyway)."""
+        self.policy.release_memory()
+
 
 def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
                            initialized: bool) -> Path | None:
@@ -98,7 +109,9 @@ def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: 
     if cfg.sampler.backend == "inprocess":
         from sera.policy.transformers_sampler import TransformersSampler
 
-        policy = TransformersSampler(learner.model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency))
+        # Rows beyond the trees: children and rubric calls run beside their parents.
+        policy = TransformersSampler(learner.model, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
+                                     prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
         bound = BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND
         return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, lambda: inflight.count, bound))
     from sera.train.vllm_backend import open_vllm_backend

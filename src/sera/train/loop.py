@@ -283,6 +283,7 @@ class Trainer:
             busy = self.inflight.count
             if busy:
                 raise RuntimeError(f"{busy} sampler calls in flight during the update")
+            self.backend.before_update()
             t4 = time.perf_counter()
             stats = self.learner.train_step(batch.datums)
             timing["update"] = time.perf_counter() - t4

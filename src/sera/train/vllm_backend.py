@@ -164,6 +164,9 @@ class VllmBackend:
             raise InfraFailure(f"the vLLM server did not take the adapter back after recovering: {exc}; "
                                f"{self.where()}") from None
 
+    def before_update(self) -> None:
+        """Nothing: the server keeps serving the current adapter until the sync."""
+
     def close(self) -> None:
         """Close the HTTP client and stop a started server."""
         try:
