@@ -505,7 +505,7 @@ def sft_command(
     """Supervised warm start on the scripted expert's demonstrations: `sera sft --config C --preset P --out DIR KEY=VALUE ...`.
 
     Extra arguments are config overrides (`sft.train_tasks=16`, `sft.val_tasks=4`, `sft.epochs=2`,
-    `sft.batch_datums=8`, `optimizer.lr=1e-5`). Then: `sera train --init-from DIR ...`, or
+    `sft.batch_datums=8`, `sft.lr=1e-4`). Then: `sera train --init-from DIR ...`, or
     `sera eval --policy hf --model DIR`.
     """
     from sera.train.checkpoint import CheckpointWriteError

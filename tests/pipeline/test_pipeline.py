@@ -114,21 +114,43 @@ def test_rl_killed_midway_resumes_from_its_checkpoint(job, tmp_path: Path) -> No
     assert record(out)["eval_rl"]["status"] == "done"
 
 
-def test_a_failing_phase_is_recorded_and_the_job_exits_nonzero(tmp_path: Path) -> None:
+def test_rl_without_a_learning_signal_is_an_outcome_and_the_last_evaluation_still_runs(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    # No step can have 1,000 trainable datums: RL aborts after one skipped step (a TrainError).
-    result = pipeline(out, "pipeline.sft=false", "steps.min_trainable_datums=1000", "steps.max_consecutive_skips=1")
+    # No step can have 1,000 trainable datums: the loop stops after two skipped steps.
+    result = pipeline(out, "pipeline.sft=false", "steps.min_trainable_datums=1000", "steps.max_consecutive_skips=2")
+    assert result.exit_code == 0, result.output
+    phases = record(out)
+    rl = phases["rl"]
+    assert rl["status"] == "done" and rl["detail"]["stopped_by"] == "no_signal"
+    assert rl["detail"]["steps"] == 2 and rl["detail"]["updates"] == 0 and "2 consecutive steps skipped" in rl["detail"]["note"]
+    # The evaluation after RL measured RL's checkpoint (the starting weights: nothing was trained).
+    assert phases["eval_rl"]["status"] == "done"
+    assert json.loads((out / "eval_rl" / "run.json").read_text())["model_weights"].startswith("step_000002")
+    report = (out / "report.md").read_text()
+    assert "- RL made 0 optimizer update(s) in 2 step(s) (stopped early: too many steps in a row had nothing to train on" in report
+    assert "the evaluation after RL measured the starting weights again" in report
+
+
+def test_a_failing_phase_is_recorded_and_the_job_exits_nonzero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sera.train import loop
+
+    def fails(*args, **kwargs):
+        raise loop.TrainError("the sampler does not serve policy version 1: adapter missing")
+
+    monkeypatch.setattr(loop, "run_train", fails)
+    out = tmp_path / "job"
+    result = pipeline(out, "pipeline.sft=false")
     assert result.exit_code == 1, result.output
     phases = record(out)
     assert phases["eval_base"]["status"] == "done" and (out / "eval_base" / "summary.json").is_file()
     assert phases["sft"]["status"] == phases["eval_sft"]["status"] == "skipped"
-    assert phases["rl"]["status"] == "failed" and "consecutive steps skipped" in phases["rl"]["error"]
+    assert phases["rl"]["status"] == "failed" and "adapter missing" in phases["rl"]["error"]
     assert "\n" not in phases["rl"]["error"] and not phases["rl"]["infra"]
     assert phases["eval_rl"]["status"] == "pending" and not (out / "eval_rl").exists()
     assert "rl: FAILED after" in result.output
     report = (out / "report.md").read_text()
-    assert "| rl | failed |" in report and "consecutive steps skipped" in report
-    assert "- RL failed after 0 optimizer update(s) in 1 step(s)" in report
+    assert "| rl | failed |" in report and "adapter missing" in report
+    assert "- RL failed (TrainError: the sampler does not serve policy version 1: adapter missing)" in report
 
 
 def test_a_signal_during_rl_is_an_interruption_to_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

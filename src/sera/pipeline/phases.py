@@ -25,6 +25,9 @@ from sera.train.checkpoint import LATEST
 from sera.train.config import TrainConfig, load_config, validate_config
 from sera.train.run_dir import CKPT_DIR, CONFIG_FILE
 
+NO_SIGNAL = "no_signal"
+"""RL's `stopped_by` when every step in a row was skipped (`steps.max_consecutive_skips`)."""
+
 PHASES: tuple[str, ...] = ("eval_base", "sft", "eval_sft", "rl", "eval_rl")
 """The phases in the order they run."""
 EVAL_PHASES = frozenset({"eval_base", "eval_sft", "eval_rl"})
@@ -73,14 +76,21 @@ def sft_work(cfg: TrainConfig, folder: Path, log: Callable[[str], None]) -> dict
 def rl_work(cfg: TrainConfig, folder: Path, init: Path | None, deadline: float | None,
             log: Callable[[str], None]) -> dict[str, Any]:
     """The RL phase: a fresh run from `init` (None: the base model), or the run in `folder`
-    resumed from its newest checkpoint. A signal that stopped the loop is `PhaseInterrupted`."""
-    from sera.train.loop import run_train
+    resumed from its newest checkpoint. A signal that stopped the loop is `PhaseInterrupted`.
+    A run stopped for lack of a learning signal (`NoLearningSignal`: every step skipped, e.g. a
+    policy that never succeeds) is an outcome, not a failure: `stopped_by` "no_signal" and the
+    loop's message as `note`; its checkpoint is what the next evaluation measures."""
+    from sera.train.loop import NoLearningSignal, run_train
 
     resume = (folder / CONFIG_FILE).is_file()
     if folder.exists() and not resume:
         shutil.rmtree(folder)  # a start that died before writing its config holds nothing to keep
     run_cfg = resume_config(folder, cfg) if resume else cfg
-    result = run_train(run_cfg, folder, resume=resume, init_from=None if resume else init, deadline=deadline, log=log)
+    try:
+        result = run_train(run_cfg, folder, resume=resume, init_from=None if resume else init, deadline=deadline, log=log)
+    except NoLearningSignal as exc:
+        log(f"rl: {exc}")
+        return {"steps": exc.steps, "updates": exc.version, "stopped_by": NO_SIGNAL, "resumed": resume, "note": str(exc)}
     detail = {"steps": result.steps, "updates": result.version, "stopped_by": result.stopped_by, "resumed": resume}
     if result.stopped_by not in (None, "deadline"):
         raise PhaseInterrupted(result.stopped_by, detail)

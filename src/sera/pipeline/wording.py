@@ -98,7 +98,8 @@ class Facts:
     rl_updates: int | None = None
     """RL optimizer updates recorded (None: no RL run on disk)."""
     rl_stopped_by: str | None = None
-    """Why a finished RL stopped before `steps.max_steps` (`deadline`), or None."""
+    """Why a finished RL stopped before `steps.max_steps` (`deadline`, or `no_signal`: too many
+    steps in a row had nothing to train on), or None."""
     infra_failures: int = 0
     """Evaluation rollouts lost to the infrastructure (not model results)."""
     tasks: int | None = None
@@ -138,7 +139,9 @@ def rl_sentences(facts: Facts) -> list[str]:
         return ["RL did not finish" + (f" ({done} so far)" if done else "") + "; rerun the job to resume it."]
     if facts.rl_status != "done" or done is None:
         return []
-    stop = " (stopped by the time budget)" if facts.rl_stopped_by == "deadline" else ""
+    stop = {"deadline": " (stopped by the time budget)",
+            "no_signal": " (stopped early: too many steps in a row had nothing to train on, as when every tree"
+                         " of a task gets the same reward)"}.get(facts.rl_stopped_by or "", "")
     line = f"RL made {done}{stop}"
     if facts.rl_updates == 0 and "after RL" in facts.success:
         line += "; the evaluation after RL measured the starting weights again"

@@ -57,7 +57,7 @@ from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
 from sera.train.progress import Progress
 from sera.train.run_dir import (
-    CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, TrainError, prepare_run, trim_past,
+    CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, NoLearningSignal, TrainError, prepare_run, trim_past,
 )
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
@@ -70,7 +70,7 @@ from sera.train.stage_data import build_batch
 from sera.train.weight_sync import SyncError
 from sera.types import RolloutTree, Task
 
-__all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "RunResult", "TrainError", "run_train"]
+__all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "NoLearningSignal", "RunResult", "TrainError", "run_train"]
 
 
 # -- state -----------------------------------------------------------------------------------------
@@ -503,11 +503,12 @@ def _train(trainer: Trainer, cfg: TrainConfig, out: Path, resume: bool, allow_fa
                                  f"the update is checkpointed (step {trainer.state.step}): fix the cause, then "
                                  f"sera train --resume {out}")
             if aborting:
-                raise TrainError(
+                raise NoLearningSignal(
                     f"{trainer.state.consecutive_skips} consecutive steps skipped (steps.max_consecutive_skips="
                     f"{cfg.steps.max_consecutive_skips}): trainable datums per step {trainer.state.skipped_trainable}, "
                     f"steps.min_trainable_datums={cfg.steps.min_trainable_datums}; last step's counts: "
-                    f"{ {k[7:]: v for k, v in record.items() if k.startswith('credit/')} }"
+                    f"{ {k[7:]: v for k, v in record.items() if k.startswith('credit/')} }",
+                    steps=trainer.state.step, version=clock.version,
                 )
         if received:
             stopped_by = signal.Signals(received[0]).name

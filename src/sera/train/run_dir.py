@@ -39,6 +39,19 @@ class TrainError(RuntimeError):
     """The run cannot start or continue; the message says why (config change, too many skips)."""
 
 
+class NoLearningSignal(TrainError):
+    """`steps.max_consecutive_skips` steps in a row had nothing to train on (e.g. every tree of a
+    task got the same reward). The run is checkpointed; a caller that treats this as an outcome
+    (the main job) reads how far it got from `steps` and `version`."""
+
+    def __init__(self, message: str, *, steps: int, version: int) -> None:
+        super().__init__(message)
+        self.steps = steps
+        """Steps the run has recorded (its `metrics.jsonl` lines)."""
+        self.version = version
+        """Optimizer updates made (the policy version)."""
+
+
 def prepare_run(out: Path, cfg: TrainConfig | None, *, resume: bool) -> TrainConfig:
     """Fresh: refuse a run directory that already holds a run, write `config.yaml`. Resume: the
     saved config, or `cfg` if it differs from it only in `RESUMABLE_KEYS` (else refuse, naming
