@@ -73,16 +73,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--updates", type=int, default=3, help="optimizer updates per RL run")
     p.add_argument("--rl-minutes", type=float, default=None, help="optional wall-clock cap per RL run (then updates may differ; the table says how many)")
     p.add_argument("--batch-tasks", type=int, default=1, help="tasks per RL step")
-    p.add_argument("--trees", type=int, default=4, help="K: trees per task")
+    p.add_argument("--trees", type=int, default=8, help="K: trees per task")
     p.add_argument("--max-calls", type=int, default=4, help="policy calls per agent (RL and evaluation)")
     p.add_argument("--max-tokens", type=int, default=192, help="completion tokens per call")
     p.add_argument("--rl-lr", type=float, default=5e-6, help="RL learning rate")
-    p.add_argument("--sft-tasks", type=int, default=4, help="SFT training tasks demonstrated")
+    p.add_argument("--sft-tasks", type=int, default=8, help="SFT training tasks demonstrated")
     p.add_argument("--sft-val-tasks", type=int, default=2, help="held-out tasks of the SFT NLL")
     p.add_argument("--sft-epochs", type=int, default=1, help="SFT epochs")
-    p.add_argument("--sft-lr", type=float, default=5e-5, help="SFT learning rate")
+    p.add_argument("--sft-lr", type=float, default=1e-4, help="SFT learning rate")
+    p.add_argument("--sft-batch", type=int, default=2, help="SFT demonstrations per update")
     p.add_argument("--sft-max-calls", type=int, default=6, help="the expert's calls per agent in the demonstrations")
-    p.add_argument("--eval-tasks", type=int, default=4, help="fixed held-out evaluation set: the first N easy val tasks")
+    p.add_argument("--eval-tasks", type=int, default=8, help="fixed held-out evaluation set: the first N easy val tasks")
     p.add_argument("--schedule", action="append", default=[], metavar="METHOD=SCHEDULE",
                    help="a method's stage schedule (repeatable), e.g. sera=execution:2,delegation:1,rubric_generation:1")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another config override for every run (repeatable)")
@@ -113,6 +114,7 @@ def config(args: argparse.Namespace, method: str, seed: int) -> TrainConfig:
         f"rollout.max_tokens={args.max_tokens}", f"optimizer.lr={args.rl_lr}", f"steps.max_steps={args.updates}",
         f"checkpoint.every={args.updates}", f"sft.train_tasks={args.sft_tasks}", f"sft.val_tasks={args.sft_val_tasks}",
         f"sft.epochs={args.sft_epochs}", f"sft.max_calls_per_agent={args.sft_max_calls}", f"sft.lr={args.sft_lr}",
+        f"sft.batch_datums={args.sft_batch}",
         f"pipeline.eval_tasks={args.eval_tasks}", "pipeline.eval_difficulty=easy", f"pipeline.eval_max_calls={args.max_calls}",
         f"seed={seed}", *args.set,
     ]
@@ -137,6 +139,8 @@ class RunRow:
     parts: dict[str, float]
     eval_s: float | None
     rl_s: float | None
+    steps: int | None = None
+    train_success: Rate | None = None
 
 
 def run_row(out: Path, record: JobRecord, method: str, seed: int) -> RunRow:
@@ -147,6 +151,8 @@ def run_row(out: Path, record: JobRecord, method: str, seed: int) -> RunRow:
     if (out / "rl" / name / "metrics.jsonl").is_file():
         summary = rl_summary(out / "rl" / name)
         row.updates, row.verifier_calls, row.judge_calls, row.trees = summary.updates, summary.verifier_calls, summary.judge_calls, summary.trees
+        row.steps = summary.steps
+        row.train_success = Rate.of(sum(r["success"].k for r in summary.rows), sum(r["success"].n for r in summary.rows))
         train, _ = load_train(out / "rl" / name)
         if train is not None:
             for stage in stage_times(train):
@@ -175,20 +181,23 @@ def write_doc(args: argparse.Namespace, out: Path, record: JobRecord, command: s
         nll = [s["heldout_nll"] for s in (run.steps if run else ()) if s.get("kind") == "eval" and s.get("heldout_nll") is not None]
         sft_line = describe_nll(nll)
     start = eval_stats(out / "eval" / "sft").success if record.phase("eval/sft").status == "done" else None
-    rows = [["SFT start (shared)", "—", "—", describe_count(start) if start else "—", "—", "—", "—", "—", "—", "—", "—",
+    rows = [["SFT start (shared)", "—", "—", "—", describe_count(start) if start else "—", "—", "—", "—", "—", "—", "—", "—",
              f"{record.phase('eval/sft').wall_s or 0:.0f}"]]
     for method in methods:
         runs = [run_row(out, record, method, seed) for seed in seeds]
         rates = [r.success for r in runs if r.success is not None]
         rows.append([
             method, str(len(rates)) + (f" of {len(runs)}" if len(rates) < len(runs) else ""),
-            ", ".join("—" if r.updates is None else str(r.updates) for r in runs), mean_std(rates),
+            ", ".join("—" if r.updates is None else f"{r.updates} of {r.steps}" for r in runs),
+            ", ".join(f"{r.train_success.k}/{r.train_success.n}" if r.train_success else "—" for r in runs),
+            mean_std(rates),
             ", ".join(f"{r.success.k}/{r.success.n}" if r.success else r.status for r in runs),
             str(sum(r.trees for r in runs)), str(sum(r.verifier_calls for r in runs)), str(sum(r.judge_calls for r in runs)),
             *(f"{sum(r.parts.get(part, 0.0) for r in runs):.0f}" for part in STAGE_PARTS),
             f"{sum(r.eval_s or 0.0 for r in runs):.0f}",
         ])
-    headers = ["method", "seeds evaluated", "updates per seed", "success % (mean ± std over seeds)", "per seed",
+    headers = ["method", "seeds evaluated", "updates of steps per seed", "training trees solved per seed",
+               "success % (mean ± std over seeds)", "per seed",
                "training trees (verified)", "verifier label calls", "judge calls",
                *(f"{part} s" for part in STAGE_PARTS), "eval s"]
     failed = [f"- `{name}`: {p.status}: {p.error}" for name, p in record.phases.items() if p.status in ("failed", "interrupted")]
@@ -208,7 +217,7 @@ def write_doc(args: argparse.Namespace, out: Path, record: JobRecord, command: s
         + (f", at most {args.rl_minutes:g} min per run" if args.rl_minutes else ""),
         "- Schedules (shortened from the paper's 16:2:2 so that a few updates reach every stage): "
         + "; ".join(f"{k} `{sched.get(k, 'the preset')}`" for k in methods),
-        f"- Shared SFT: {args.sft_tasks} train tasks, {args.sft_epochs} epoch(s), lr {args.sft_lr:g}. {sft_line}",
+        f"- Shared SFT: {args.sft_tasks} train tasks, {args.sft_epochs} epoch(s), batches of {args.sft_batch}, lr {args.sft_lr:g}. {sft_line}",
         f"- Evaluation: the first {args.eval_tasks} easy val tasks, one greedy rollout each (the same set for every run).",
         "",
         markdown_table(headers, rows),
@@ -217,7 +226,8 @@ def write_doc(args: argparse.Namespace, out: Path, record: JobRecord, command: s
         f"{args.eval_tasks} tasks one seed's 95% Wilson interval is wide (0/{args.eval_tasks} is "
         f"{describe_count(Rate.of(0, args.eval_tasks)).split('; ')[1].rstrip(')')}), so differences between methods at this "
         "scale are not claimed. Seconds are summed over the method's seeds: sampling, update and sync from the RL loop's "
-        "records, eval the final evaluations' wall time.",
+        "records, eval the final evaluations' wall time. A step with nothing to train on (every tree of its task got the "
+        "same reward) is skipped: it samples and makes no update.",
         *(["", "Runs that did not finish:", *failed] if failed else []),
         "",
     ])

@@ -98,3 +98,6 @@ def test_rl_is_described_by_its_status() -> None:
     # No evaluation after RL: nothing said about what it measured.
     done = summary_sentences(Facts(rl_status="done", rl_steps=1, rl_updates=0))
     assert done == ["RL made 0 optimizer update(s) in 1 step(s)."]
+    quiet = summary_sentences(Facts(rl_status="done", rl_steps=40, rl_updates=0, rl_stopped_by="no_signal"))
+    assert quiet == ["RL made 0 optimizer update(s) in 40 step(s) (stopped early: too many steps in a row had nothing "
+                     "to train on, as when every tree of a task gets the same reward)."]
