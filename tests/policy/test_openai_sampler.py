@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import socket
-import sys
 import urllib.request
 
 import httpx2
@@ -22,7 +21,8 @@ import pytest
 from sera.policy.errors import SamplerError
 from sera.policy.openai_http import HttpSettings
 from sera.policy.openai_sampler import OpenAISampler
-from sera.policy.vllm_server import VLLMServer
+
+from .conftest import fake_vllm_server
 from sera.runtime.policy import SamplingParams
 from sera.testing.tiny import tiny_tokenizer
 from sera.types import Message
@@ -340,30 +340,8 @@ def test_backoff_is_exponential_capped_and_jittered():
 
 # -- the local server launcher (with a stand-in for vLLM's entry point) -----------------------
 
-FAKE_SERVER = '''
-import argparse, http.server, sys
-p = argparse.ArgumentParser(); p.add_argument("--port", type=int)
-args, _ = p.parse_known_args()
-print("fake vllm starting", flush=True)
-if "--crash" in sys.argv:
-    sys.exit("fake vllm: model not found")
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", args.port), H).serve_forever()
-'''
-
-
 def fake_vllm(tmp_path, crash=False):
-    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
-    pkg.mkdir(parents=True)
-    (pkg / "api_server.py").write_text(FAKE_SERVER)
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    return VLLMServer(python=sys.executable, model_dir=model, served_name="m", log_path=tmp_path / "server.log",
-                      extra_args=("--crash",) if crash else (), extra_env={"PYTHONPATH": str(tmp_path / "fake")})
+    return fake_vllm_server(tmp_path, "m", *(("--crash",) if crash else ()))
 
 
 def test_vllm_server_starts_waits_for_health_and_stops(tmp_path):

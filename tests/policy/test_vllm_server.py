@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -13,30 +12,10 @@ import pytest
 
 from sera.policy.vllm_server import LoraServing, VLLMServer, VLLMServerError, core_list, lora_rank_limit
 
-FAKE_SERVER = '''
-import argparse, http.server, sys
-p = argparse.ArgumentParser(); p.add_argument("--port", type=int)
-args, _ = p.parse_known_args()
-print("fake vllm starting", flush=True)
-if "--crash" in sys.argv:
-    sys.exit("fake vllm: model not found")
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
-    def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", args.port), H).serve_forever()
-'''
-
+from .conftest import fake_vllm_server
 
 def fake_server(tmp_path: Path, *extra: str) -> VLLMServer:
-    pkg = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
-    pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "api_server.py").write_text(FAKE_SERVER)
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    return VLLMServer(python=sys.executable, model_dir=model, served_name="base", log_path=tmp_path / "server.log",
-                      extra_args=extra, extra_env={"PYTHONPATH": str(tmp_path / "fake")})
+    return fake_vllm_server(tmp_path, "base", *extra)
 
 
 def test_lora_cpu_and_length_flags(tmp_path: Path) -> None:
