@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from sera.train.checkpoint import load_latest, save_checkpoint
 from sera.train.config import ConfigError, dump_config, load_config
 from sera.train.loop import run_train
 from sera.train.setup import load_model, make_learner, training_tasks
-from sera.train.sft import INIT_FILE, InitFromError, SftError, demonstrations, load_init, run_sft
+from sera.train.sft import INIT_FILE, InitFromError, SftError, demonstrations, load_init, long_reply_warning, run_sft
 
 LETTERS = "configs/letters/rao.yaml"
 SFT_KEYS = ["sft.train_tasks=8", "sft.val_tasks=3", "sft.epochs=2", "sft.batch_datums=4", "optimizer.lr=1e-3"]
@@ -195,3 +196,19 @@ def test_init_from_bad_folders(sft_run, tmp_path: Path) -> None:
                                       "--init-from", str(other)])
     assert result.exit_code == 2 and "smollm2" in result.output
     assert not (tmp_path / "b").exists()
+
+
+def test_demonstrated_replies_longer_than_the_sampling_budget_are_counted_and_warned() -> None:
+    # The expert's code cells run to ~200-380 SmolLM2 tokens: the tiny preset's 16-token budget would
+    # cut off a policy imitating them mid-cell.
+    cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny")
+    spec = get_env(cfg.environment.name)
+    _, tokenizer = load_model(cfg)
+    tasks = [t for t in training_tasks(cfg, spec) if t.id == "textcraft_synth.train.6"]
+    counts = demonstrations(cfg, spec, tasks, tokenizer).counts
+    assert 0 < counts["replies_over_max_tokens"] <= counts["replies"]
+    assert long_reply_warning(counts, 16) == (
+        f"warning: {counts['replies_over_max_tokens']} of {counts['replies']} demonstrated agent replies are longer than "
+        "rollout.max_tokens=16: a policy that imitates them is cut off mid-reply in RL and evaluation; raise "
+        "rollout.max_tokens")
+    assert long_reply_warning(Counter(replies=3), 16) is None

@@ -183,7 +183,32 @@ def demonstrations(cfg: TrainConfig, spec: EnvSpec, tasks: Sequence[Task], token
     demos.trees = asyncio.run(collect_trees(cfg, spec, tasks, tokenizer))
     for tree in demos.trees:
         demos.datums += tree_datums(tree, spec.training, key=tree.task_id, counts=demos.counts)
+        count_long_replies(tree, cfg.rollout.max_tokens, demos.counts)
     return demos
+
+
+def count_long_replies(tree: RolloutTree, max_tokens: int, counts: Counter[str]) -> None:
+    """Count the agents' demonstrated replies (`replies`) and those longer than the RL and
+    evaluation budget per call (`replies_over_max_tokens`): a policy that imitates one of those is
+    cut off mid-reply when it samples, so its code cell cannot run."""
+    if not tree.root_success:
+        return
+    for node in tree.nodes.values():
+        for step in node.steps:
+            if step.completion_token_ids is None:
+                continue
+            counts["replies"] += 1
+            if len(step.completion_token_ids) > max_tokens:
+                counts["replies_over_max_tokens"] += 1
+
+
+def long_reply_warning(counts: Counter[str], max_tokens: int) -> str | None:
+    """The warning line when demonstrated replies exceed the sampling budget (`count_long_replies`)."""
+    if not counts["replies_over_max_tokens"]:
+        return None
+    return (f"warning: {counts['replies_over_max_tokens']} of {counts['replies']} demonstrated agent replies are longer "
+            f"than rollout.max_tokens={max_tokens}: a policy that imitates them is cut off mid-reply in RL and "
+            "evaluation; raise rollout.max_tokens")
 
 
 # -- held-out NLL --------------------------------------------------------------------------------
@@ -278,6 +303,8 @@ def run_sft(cfg: TrainConfig, out: str | Path, *, log: Callable[[str], None] = p
     log(f"demonstrations ({demo_seconds:.1f}s): train {train.counts['successful_trees']}/{len(train_tasks)} tasks "
         f"solved, {len(train.datums)} datums {train.by_stage()}, {train.trained_tokens} trained tokens; "
         f"val {val.counts['successful_trees']}/{len(val_tasks)}, {len(val.datums)} datums, {val.trained_tokens} tokens")
+    if warning := long_reply_warning(train.counts, cfg.rollout.max_tokens):
+        log(warning)
 
     nll, val_tokens = heldout_nll(learner, val.datums)
     before = nll
