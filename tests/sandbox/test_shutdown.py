@@ -68,7 +68,9 @@ def _marked(marker: str) -> list[int]:
     return found
 
 
-def _survivors(pids: list[int], marker: str, wait_s: float = 5.0) -> list[int]:
+def _survivors(pids: list[int], marker: str, wait_s: float = 15.0) -> list[int]:
+    # Every process must still be gone; the wait only allows for a host whose SIGINT cleanup runs on
+    # 2 cores beside its own 3 busy-looping workers (5 s was once too short in a full-suite run).
     deadline = time.monotonic() + wait_s
     while True:
         left = sorted({p for p in pids if _alive(p)} | set(_marked(marker)))
