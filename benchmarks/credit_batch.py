@@ -26,8 +26,8 @@ from pathlib import Path
 from sera.envs.registry import get_env
 from sera.testing.sabotage import SabotagedPolicy
 from sera.testing.tiny import tiny_tokenizer
-from sera.testing.tokenizing import TokenizingPolicy
-from sera.testing.rubric_oracle import RubricOracle
+from sera.policy.tokenizing_policy import TokenizingPolicy
+from sera.rubric.scripted import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
 from sera.train.method import get_method

@@ -38,7 +38,7 @@ PHASES = ("sampling", "save_trees", "credit", "update", "sync", "eval", "checkpo
 
 def child(case: str, steps: int, out: str) -> None:
     from sera.envs.registry import get_env
-    from sera.testing.tokenizing import TokenizingPolicy
+    from sera.policy.tokenizing_policy import TokenizingPolicy
     from sera.train import loop
     from sera.train.config import load_config
 

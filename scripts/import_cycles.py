@@ -1,7 +1,14 @@
-"""List import cycles among the modules of src/sera, and the package-level import graph.
+"""List import cycles among the modules of src/sera and the package-level import graph, and check
+the layering rules; exits 1 when one is broken (run by `.ci/run`).
 
 Every import statement counts, including function-local and TYPE_CHECKING ones: a cycle that
-only type checkers see is still a circle a reader has to untangle.
+only type checkers see is still a circle a reader has to untangle. Rules:
+- no cycles;
+- nothing outside `sera.testing` imports `sera.testing` (the test kit is for tests, benchmarks
+  and docs; the library reaches its tiny model by name, `sera.policy.model_registry`);
+- only the layers above the trainer (`TRAIN_USERS`) import `sera.train`; an arrow from a lower
+  layer into it runs back up. `KNOWN_UPWARD` lists the ones main still has, so that no new one
+  can land; remove an entry when its arrow is gone.
 
     python scripts/import_cycles.py
 """
@@ -13,6 +20,35 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+TRAIN_USERS = ("sera.cli", "sera.commands", "sera.pipeline", "sera.train")
+"""Packages that may import `sera.train` (the trainer and what drives it)."""
+KNOWN_UPWARD = frozenset({
+    # The sampler loads trained checkpoints with the trainer's format and LoRA wrapping; the
+    # house issue moves the checkpoint format into a low module both import.
+    ("sera.policy.checkpoint_model", "sera.train.checkpoint"),
+    ("sera.policy.checkpoint_model", "sera.train.config"),
+    ("sera.policy.checkpoint_model", "sera.train.learner"),
+})
+"""Arrows into `sera.train` from a lower layer that main still has (debt, not permission)."""
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """One line per import that breaks a layering rule (module docstring)."""
+    found = []
+    for source in sorted(graph):
+        for target in sorted(graph[source]):
+            if _within(target, "sera.testing") and not _within(source, "sera.testing"):
+                found.append(f"{source} imports the test kit ({target})")
+            elif (_within(target, "sera.train") and not any(_within(source, p) for p in TRAIN_USERS)
+                  and (source, target) not in KNOWN_UPWARD):
+                found.append(f"{source} imports {target}: a lower layer reaching up into the trainer")
+    return found
 
 
 def modules() -> dict[str, Path]:
@@ -94,6 +130,13 @@ def main() -> None:
                 packages.setdefault(top(source), set()).add(top(target))
     for package in sorted(packages):
         print(f"  {package} -> {', '.join(sorted(packages[package]))}")
+    violations = layer_violations(graph)
+    known = sorted(edge for edge in KNOWN_UPWARD if edge[1] in graph.get(edge[0], set()))
+    print(f"{len(violations)} layering violations; {len(known)} known arrows back up into sera.train")
+    for line in violations:
+        print("  violation:", line)
+    if found or violations:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

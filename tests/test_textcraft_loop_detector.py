@@ -8,7 +8,7 @@ from sera.envs.textcraft.env import root_env_factory
 from sera.envs.textcraft.loop_detector import FINISH_MESSAGE, LoopDetector, is_loop_stop
 from sera.runtime import Completion, RuntimeConfig, SamplingParams, run_rollout
 from sera.testing.tiny import tiny_tokenizer
-from sera.testing.tokenizing import TokenizingPolicy
+from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train.datums import execution_datums
 from sera.types import Message
 

@@ -28,7 +28,7 @@ import pytest
 from sera.policy.vllm_admin import AdapterAdmin, AdapterLoadError
 from sera.policy.vllm_server import http_ok
 from sera.runtime.policy import Completion
-from sera.testing.tokenizing import TokenizingPolicy
+from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train import loop
 from sera.train.config import load_config
 from sera.train.vllm_sync import VLLM_FP32_BOUND

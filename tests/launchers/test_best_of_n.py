@@ -22,7 +22,7 @@ from sera.runtime.config import RuntimeConfig
 from sera.runtime.delegation import ForkPoint, NodeHandle
 from sera.runtime.policy import Completion, SamplingParams
 from sera.runtime.rollout import run_rollout
-from sera.testing.rubric_oracle import RubricOracle, score_trajectory, write_rubric
+from sera.rubric.scripted import RubricOracle, score_trajectory, write_rubric
 from sera.testing.sabotage import SabotagedPolicy
 from sera.types import Action, Message, Task, Usage
 

@@ -12,7 +12,7 @@ from sera.envs.registry import get_env
 from sera.envs.textcraft.world import CraftingWorld
 from sera.judge import JudgeClient
 from sera.testing.sabotage import SabotagedPolicy
-from sera.testing.rubric_oracle import RubricOracle
+from sera.rubric.scripted import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.rollout import run_rollout
 from sera.launchers.counterfactual import CounterfactualLauncher

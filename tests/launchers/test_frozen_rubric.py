@@ -9,7 +9,7 @@ import pytest
 from sera.credit.execution import execution_rewards
 from sera.envs.registry import get_env
 from sera.rubric import RUBRIC_SCORER_MARKER, RUBRIC_WRITER_MARKER, rubric_from_dict
-from sera.testing.rubric_oracle import RubricOracle
+from sera.rubric.scripted import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Completion
 from sera.runtime.rollout import run_rollout

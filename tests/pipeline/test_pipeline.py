@@ -211,7 +211,7 @@ def test_sera_evaluations_write_frozen_rubrics_for_children(tmp_path: Path, monk
     delegates, so the evaluation's launcher writes and scores a rubric per child."""
     from sera.envs.registry import get_env
     from sera.pipeline.evalstats import eval_stats
-    from sera.testing.rubric_oracle import RubricOracle
+    from sera.rubric.scripted import RubricOracle
     from sera.train.config import load_config
 
     keys = ["pipeline.eval_tasks=3", "pipeline.eval_max_calls=6"]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from sera.cli import app
 from sera.envs.registry import get_env
-from sera.testing.tokenizing import TokenizingPolicy
+from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train import loop
 from sera.train.checkpoint import load_latest
 from sera.train.config import load_config

@@ -13,9 +13,9 @@ from sera.credit import leaf_coverage
 from sera.envs.registry import get_env
 from sera.testing.sabotage import SabotagedPolicy
 from sera.testing.tiny import tiny_tokenizer
-from sera.testing.tokenizing import TokenizingPolicy
+from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.rubric import parse_rubric
-from sera.testing.rubric_oracle import RubricOracle
+from sera.rubric.scripted import RubricOracle
 from sera.runtime.config import RuntimeConfig
 from sera.train.collect import Collector
 from sera.agents.protocol import TEXT

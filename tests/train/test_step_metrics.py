@@ -13,7 +13,7 @@ import pytest
 from sera.credit import leaf_coverage
 from sera.envs.registry import get_env
 from sera.runtime.config import RuntimeConfig
-from sera.testing.rubric_oracle import RubricOracle
+from sera.rubric.scripted import RubricOracle
 from sera.testing.sabotage import SabotagedPolicy
 from sera.train.collect import Collector
 from sera.train.datums import Datum

@@ -248,7 +248,7 @@ def test_a_run_page_indexes_its_trees_and_opens_one(browser, tmp_path):
     from sera.launchers.rubric_calls import PolicyRubricScorer, PolicyRubricWriter
     from sera.runtime.config import RuntimeConfig
     from sera.runtime.rollout import run_rollout
-    from sera.testing.rubric_oracle import RubricOracle
+    from sera.rubric.scripted import RubricOracle
 
     env = get_env("textcraft-synth")
     task = next(t for t in env.load_split("val") if t.id == "textcraft_synth.val.5")

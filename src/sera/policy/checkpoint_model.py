@@ -182,11 +182,12 @@ def _lora_settings(cfg: Any) -> Any:
 
 
 def _base_model(name: str, *, seed: int = 0) -> tuple[torch.nn.Module, Any]:
-    """The base model in fp32 on the CPU: `tiny` (seeded as the run seeded it) or any model name/folder."""
-    if name == "tiny":
-        from sera.testing.tiny import tiny_model_and_tokenizer
+    """The base model in fp32 on the CPU: a registered name (`tiny`, seeded as the run seeded it)
+    or any model name/folder."""
+    from sera.policy.model_registry import is_registered, load_registered
 
-        return tiny_model_and_tokenizer(seed=seed)
+    if is_registered(name):
+        return load_registered(name, seed=seed)
     from sera.policy.models import load_model
 
     try:

@@ -12,6 +12,7 @@ import torch
 from sera.envs.registry import EnvSpec
 from sera.envs.selection import TaskSelection, select_tasks
 from sera.launchers.rubric_calls import SCORE_SAMPLING, WRITE_SAMPLING
+from sera.policy.model_registry import is_registered, load_registered
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.policy import Policy
 from sera.train.collect import Collector
@@ -21,11 +22,10 @@ from sera.types import Task
 
 
 def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
-    """`tiny` (the random test model, seeded by the config seed), `smollm2` or a local path."""
-    if cfg.model.name == "tiny":
-        from sera.testing.tiny import tiny_model_and_tokenizer  # the test kit's model, by name
-
-        return tiny_model_and_tokenizer(seed=cfg.seed)
+    """A registered name (`sera.policy.model_registry`: the test kit's random `tiny`, seeded by
+    the config seed), `smollm2` or a local path."""
+    if is_registered(cfg.model.name):
+        return load_registered(cfg.model.name, seed=cfg.seed)
     return load_causal_lm(cfg.model.name)
 
 

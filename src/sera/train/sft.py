@@ -3,7 +3,7 @@
 Demonstrations are rollouts of the environment's scripted expert (`EnvSpec.oracle`) on training
 tasks, run through `TokenizingPolicy` with the trained model's tokenizer so that every reply
 carries the token ids the model would have produced. With `sft.rubric_demos`, rubric prompts go
-to the scripted rubric writer and scorer (`sera.testing.rubric_oracle`) through the frozen-rubric
+to the scripted rubric writer and scorer (`sera.rubric.scripted`) through the frozen-rubric
 launcher, so each delegated child also gets the parent's rubric-writing call and its scoring call.
 Only trees whose root the verifier passed are kept. Datums come from the RL code path:
 
@@ -49,8 +49,8 @@ from sera.launchers.frozen_rubric import FrozenRubricLauncher
 from sera.launchers.rubric_calls import SCORE_SAMPLING, WRITE_SAMPLING, PolicyRubricScorer, PolicyRubricWriter
 from sera.runtime.delegation import PlainLauncher
 from sera.runtime.rollout import run_rollout
-from sera.testing.rubric_oracle import RubricOracle
-from sera.testing.tokenizing import TokenizingPolicy
+from sera.rubric.scripted import RubricOracle
+from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train.batching import microbatches
 from sera.train.checkpoint import capture_rng, save_checkpoint
 from sera.train.config import TrainConfig

@@ -2,7 +2,8 @@
 
 `RubricOracle` answers the two rubric prompts (recognised by their role markers) and passes
 every other conversation to the agent policy it wraps, so an environment oracle plus this
-gives a complete, deterministic SERA rollout (tests and benchmarks).
+gives a complete, deterministic SERA rollout: `sera sft` demonstrates rubric writing and scoring
+with it, and tests and benchmarks run SERA without a model.
 
 It writes one rubric per delegated goal (the goal named in the first criterion) and scores a
 trajectory from evidence only, as the prompt asks a model to: success needs an explicit finish,
