@@ -24,13 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 TRAIN_USERS = ("sera.cli", "sera.commands", "sera.pipeline", "sera.train")
 """Packages that may import `sera.train` (the trainer and what drives it)."""
-KNOWN_UPWARD = frozenset({
-    # The sampler loads trained checkpoints with the trainer's format and LoRA wrapping; the
-    # house issue moves the checkpoint format into a low module both import.
-    ("sera.policy.checkpoint_model", "sera.train.checkpoint"),
-    ("sera.policy.checkpoint_model", "sera.train.config"),
-    ("sera.policy.checkpoint_model", "sera.train.learner"),
-})
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 """Arrows into `sera.train` from a lower layer that main still has (debt, not permission)."""
 
 

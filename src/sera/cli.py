@@ -395,7 +395,7 @@ def train_command(
     continues a run; it refuses a changed config except `steps.max_steps`.
     """
     from sera.train.config import ConfigError, describe, load_config
-    from sera.train.checkpoint import CheckpointError, CheckpointWriteError
+    from sera.checkpoints.store import CheckpointError, CheckpointWriteError
     from sera.train.loop import CONFIG_FILE, TrainError, run_train
     from sera.train.sft import InitFromError
 
@@ -508,7 +508,7 @@ def sft_command(
     `sft.batch_datums=8`, `sft.lr=1e-4`). Then: `sera train --init-from DIR ...`, or
     `sera eval --policy hf --model DIR`.
     """
-    from sera.train.checkpoint import CheckpointWriteError
+    from sera.checkpoints.store import CheckpointWriteError
     from sera.train.config import ConfigError, load_config
     from sera.envs.selection import TaskSelectionError
     from sera.train.sft import run_sft

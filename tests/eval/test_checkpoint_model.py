@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sera.cli import app
 from sera.policy.checkpoint_model import CheckpointModelError, load_trained, resolve
 from sera.testing.tiny import tiny_model_and_tokenizer
-from sera.train.checkpoint import save_checkpoint
+from sera.checkpoints.store import save_checkpoint
 from sera.train.config import dump_config, load_config
 from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner
 

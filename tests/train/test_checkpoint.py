@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import sera.train.checkpoint as ck
-from sera.train.checkpoint import (
+import sera.checkpoints.store as ck
+from sera.checkpoints.store import (
     CheckpointError,
     CheckpointWriteError,
     capture_rng,

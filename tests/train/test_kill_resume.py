@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from sera.train import loop
-from sera.train.checkpoint import load_latest
+from sera.checkpoints.store import load_latest
 
 CONFIG = "configs/letters/rao.yaml"
 ARGS = ["max_steps=8", "checkpoint.every=3", "checkpoint.keep_last=2", "seed=5"]

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from sera.testing.tiny import tiny_model_and_tokenizer
+from sera.checkpoints import lora as lora_module
 from sera.train import batching, learner as learner_module
 from sera.train.batching import make_microbatch, microbatches, plan_microbatches
 from sera.train.datums import Datum
@@ -308,7 +309,7 @@ def test_config_errors(monkeypatch):
     learner = make_learner()
     with pytest.raises(ValueError, match="unknown loss"):
         learner.forward_backward(random_datums(1), "dpo")
-    monkeypatch.setattr(learner_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(lora_module.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="peft"):
         make_learner(lora=LoraSettings())
 

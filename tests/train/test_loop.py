@@ -20,7 +20,7 @@ from sera.cli import app
 from sera.envs.registry import get_env
 from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train import loop
-from sera.train.checkpoint import load_latest
+from sera.checkpoints.store import load_latest
 from sera.train.config import load_config
 
 CONFIG = "configs/textcraft-synth/rao.yaml"

@@ -29,7 +29,7 @@ from sera.policy.vllm_server import http_ok
 from sera.testing.fake_vllm import FakeVLLM
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
-from sera.train.checkpoint import load_latest
+from sera.checkpoints.store import load_latest
 from sera.train.config import load_config
 from sera.train.infra import InfraFailure
 from sera.train.run_dir import TrainError

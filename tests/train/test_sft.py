@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from sera.cli import app
 from sera.envs.registry import get_env
 from sera.testing.tiny import tiny_model_and_tokenizer
-from sera.train.checkpoint import load_latest, save_checkpoint
+from sera.checkpoints.store import load_latest, save_checkpoint
 from sera.train.config import ConfigError, dump_config, load_config
 from sera.train.loop import run_train
 from sera.train.setup import load_model, make_learner, training_tasks

@@ -21,7 +21,7 @@ from typing import Any
 
 from sera.pipeline.evaluation import run_evaluation
 from sera.pipeline.record import PhaseInterrupted
-from sera.train.checkpoint import LATEST
+from sera.checkpoints.store import LATEST
 from sera.train.config import TrainConfig, load_config, validate_config
 from sera.train.run_dir import CKPT_DIR, CONFIG_FILE
 

@@ -4,7 +4,7 @@
 
 - a `sera train` run directory (`config.yaml` + `checkpoints/`): its newest checkpoint;
 - its `checkpoints/` folder (the one `latest` names), or one `checkpoints/step_NNNNNN/`.
-  The checkpoint is validated against its manifest (`sera.train.checkpoint.load_latest` /
+  The checkpoint is validated against its manifest (`sera.checkpoints.store.load_latest` /
   `load_checkpoint`: every file present, sizes and sha256). The run's `config.yaml` names the
   base model (`model.name`: a local folder, `smollm2`, a name in the local transformers cache,
   or `tiny`, the seeded random test model); `learner.pt` holds `TorchLearner.state_dict()`:
@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+
+from sera.checkpoints.lora import wrap_lora
+from sera.checkpoints.run_model import RunModel, RunModelError
+from sera.checkpoints.store import MANIFEST, CheckpointError, load_checkpoint, load_latest
 
 LEARNER_FILE = "learner.pt"
 """The learner's state in a `sera train` checkpoint."""
@@ -71,8 +75,6 @@ def resolve(model: str) -> CheckpointSource | None:
                 f"them only when the learner has a tokenizer; copy the base model's tokenizer files into it"
             )
         return None
-    from sera.train.checkpoint import CheckpointError, MANIFEST, load_checkpoint, load_latest
-
     if (path / RUN_CONFIG).is_file() or (path / "checkpoints").is_dir():
         run, ckpt_dir = path, path / "checkpoints"
     elif (path / "latest").is_file() or path.name == "checkpoints":
@@ -98,7 +100,7 @@ def resolve(model: str) -> CheckpointSource | None:
             f"--model {model}: checkpoint {checkpoint.path} has no run config: {config} is missing (it names the "
             f"base model); pass a checkpoint inside the run directory sera train wrote"
         )
-    base = _run_config(config).model.name
+    base = _run_model(config).name
     identity = f"{checkpoint.path.name} {LEARNER_FILE} sha256:{entries[LEARNER_FILE].sha256}"
     return CheckpointSource("train", checkpoint.path, config, base, identity)
 
@@ -119,13 +121,13 @@ def load_trained(source: CheckpointSource, *, merge: bool = True) -> tuple[torch
     if source.kind == "adapter":
         return _load_adapter(source, merge=merge)
     assert source.config is not None
-    cfg = _run_config(source.config)
-    model, tokenizer = _base_model(cfg.model.name, seed=cfg.seed)
+    run = _run_model(source.config)
+    model, tokenizer = _base_model(run.name, seed=run.seed)
     try:
         state = torch.load(source.path / LEARNER_FILE, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # validated against its manifest, so this is a torch-level problem
         raise CheckpointModelError(f"{source.path / LEARNER_FILE} cannot be read: {type(exc).__name__}: {exc}") from None
-    return apply_learner_weights(model, state, lora=_lora_settings(cfg), where=source.path / LEARNER_FILE, merge=merge), tokenizer
+    return apply_learner_weights(model, state, lora=run.lora, where=source.path / LEARNER_FILE, merge=merge), tokenizer
 
 
 def apply_learner_weights(
@@ -146,9 +148,7 @@ def apply_learner_weights(
         return model
     from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-    from sera.train.learner import _wrap_lora  # the learner's own wrapping: the adapter's names match
-
-    peft_model = _wrap_lora(model, lora)
+    peft_model = wrap_lora(model, lora)  # the learner's own wrapping: the adapter's names match
     expected = set(get_peft_model_state_dict(peft_model))
     outcome = set_peft_model_state_dict(peft_model, weights)
     _check_keys(where, sorted(expected - set(weights)), list(getattr(outcome, "unexpected_keys", []) or []))
@@ -163,22 +163,11 @@ def _check_keys(where: Path | str, missing: list[str], unexpected: list[str]) ->
         )
 
 
-def _run_config(path: Path) -> Any:
-    from sera.train.config import ConfigError, load_config
-
+def _run_model(path: Path) -> RunModel:
     try:
-        return load_config(path)
-    except ConfigError as exc:
-        raise CheckpointModelError(f"{path}: {str(exc).splitlines()[0]}") from None
-
-
-def _lora_settings(cfg: Any) -> Any:
-    """The `LoraSettings` the loop trained with (`sera.train.loop.make_learner`), None for full."""
-    if cfg.model.finetune != "lora":
-        return None
-    from sera.train.learner import LoraSettings
-
-    return LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha)
+        return RunModel.from_config_file(path)
+    except RunModelError as exc:
+        raise CheckpointModelError(str(exc)) from None
 
 
 def _base_model(name: str, *, seed: int = 0) -> tuple[torch.nn.Module, Any]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import math
 import os
 import resource
@@ -47,6 +46,7 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
+from sera.checkpoints.lora import LoraSettings, wrap_lora
 from sera.train.batching import PAPER_MAX_TOKENS_PER_MICROBATCH, MicroBatch, make_microbatch, microbatches
 from sera.train.datums import Datum
 from sera.train.losses import LOSSES
@@ -59,20 +59,6 @@ RATIO_BAND = (0.9, 1.1)
 
 
 # -- configuration -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """A peft LoRA adapter on the model (trainer-design §3.7)."""
-
-    rank: int = 32
-    """LoRA rank r."""
-    alpha: float = 32.0
-    """LoRA scaling numerator α (the update is scaled by α / r)."""
-    dropout: float = 0.0
-    """Dropout on the adapter input."""
-    target_modules: str | tuple[str, ...] = "all-linear"
-    """Modules to adapt: peft's `"all-linear"` (every linear layer but the output head) or names."""
 
 
 @dataclass(frozen=True)
@@ -280,22 +266,6 @@ def load_causal_lm(source: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     return model, tokenizer
 
 
-def _wrap_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
-    if importlib.util.find_spec("peft") is None:
-        raise ImportError("LoRA needs the package peft (pip install 'peft>=0.21,<0.22'); or set lora=None")
-    from peft import LoraConfig, get_peft_model
-
-    targets = settings.target_modules
-    config = LoraConfig(
-        r=settings.rank,
-        lora_alpha=settings.alpha,
-        lora_dropout=settings.dropout,
-        target_modules=targets if isinstance(targets, str) else list(targets),
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, config)
-
-
 def _enable_checkpointing(model: nn.Module) -> None:
     """Activation checkpointing, non-reentrant: it needs no input that requires grad, so it also
     works under LoRA, whose frozen embeddings give none."""
@@ -348,7 +318,7 @@ class TorchLearner:
         if config.gradient_checkpointing:
             _enable_checkpointing(model)
         if config.lora is not None:
-            model = _wrap_lora(model, config.lora)
+            model = wrap_lora(model, config.lora)
         self.model = model
         self._params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(

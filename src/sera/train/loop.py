@@ -48,7 +48,7 @@ from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
 from sera.eval.store import save_tree
 from sera.train.backends import SamplerBackend, open_backend, serving_base_if_needed
-from sera.train.checkpoint import capture_rng, load_latest, restore_rng, save_checkpoint
+from sera.checkpoints.store import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.train.collect import Collector
 from sera.train.config import TrainConfig
 from sera.train.infra import InfraFailure, sample_cleanly

@@ -7,7 +7,7 @@
 | `rollouts/step_NNNNN/<task>.<k>.json` | every tree of the step |
 | `eval/v<version>/` | each periodic evaluation (an ordinary `sera eval` run directory) |
 | `tensorboard/` | TensorBoard event files |
-| `checkpoints/` | `sera.train.checkpoint` layout |
+| `checkpoints/` | `sera.checkpoints.store` layout |
 | `adapters/v<version>/` | vLLM backend: the LoRA adapter the server serves (`sera.train.vllm_sync`) |
 | `sampler_base/` | vLLM backend: the learner's base model saved for the server (`sera.train.vllm_backend`) |
 | `vllm-server.log` | vLLM backend: the started server's output |
@@ -24,7 +24,7 @@ from sera.train.metrics import METRICS_FILE, MetricsSink
 CONFIG_FILE = "config.yaml"
 """The resolved config of the run, in the run directory."""
 CKPT_DIR = "checkpoints"
-"""Checkpoints of the run (`sera.train.checkpoint` layout)."""
+"""Checkpoints of the run (`sera.checkpoints.store` layout)."""
 ROLLOUTS_DIR = "rollouts"
 """Trees of each step: `rollouts/step_NNNNN/<task>.<k>.json`."""
 EVAL_DIR = "eval"

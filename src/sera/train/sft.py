@@ -52,7 +52,7 @@ from sera.runtime.rollout import run_rollout
 from sera.rubric.scripted import RubricOracle
 from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train.batching import microbatches
-from sera.train.checkpoint import capture_rng, save_checkpoint
+from sera.checkpoints.store import capture_rng, save_checkpoint
 from sera.train.config import TrainConfig
 from sera.train.datums import Datum, MissingTokensError, execution_datums, model_call_datum
 from sera.train.learner import TorchLearner
