@@ -100,12 +100,14 @@ def eval_command(
 
     A rerun with the same --out and settings resumes: finished rollouts are kept, crashed ones and
     those that failed for infrastructure reasons (server down, 5xx, timeouts) are run again.
+    SIGINT or SIGTERM stops it (exit status 130 or 143), the partial summary written.
     """
     from contextlib import ExitStack
 
     from sera.eval.errors import EvalSetupError
     from sera.eval.fingerprint import RunFingerprint
     from sera.eval.harness import evaluate
+    from sera.eval.progress import EvalProgress
     from sera.eval.protocol import ProtocolError, resolve_settings
     from sera.eval.report import print_slots
     from sera.eval.runs import evaluate_slots, open_slots, plan_slots, write_runs_summary
@@ -161,13 +163,21 @@ def eval_command(
             config = replace(config, sampling=fit_sampling(sampling, agent_policy))  # after the overrides
             judge = _judge(best, judge_url, judge_api_key_env)
             make_launcher = _best_of_launcher(best, agent_policy, judge)
-            summaries = asyncio.run(_closing(judge, _closing(agent_policy, evaluate_slots(slots, lambda slot: evaluate(
-                slot.tasks, agent_policy, spec.root_env, slot.dir,
-                env_name=spec.name, split=selection.source, policy_name=policy_name, config=config,
-                concurrency=concurrency, show_progress=progress, samples=samples, seed=slot.seed, rules=rules,
-                fingerprint=slot.fingerprint, lock=False,
-                launcher=make_launcher, best_of=best.record() if best else None,
-            )))))
+            display = held.enter_context(EvalProgress()) if progress else None  # stderr: stdout is for results
+            try:
+                summaries = asyncio.run(_stoppable(_closing(judge, _closing(agent_policy, evaluate_slots(slots, lambda slot: evaluate(
+                    slot.tasks, agent_policy, spec.root_env, slot.dir,
+                    env_name=spec.name, split=selection.source, policy_name=policy_name, config=config,
+                    concurrency=concurrency, progress=display, samples=samples, seed=slot.seed, rules=rules,
+                    fingerprint=slot.fingerprint, lock=False,
+                    launcher=make_launcher, best_of=best.record() if best else None,
+                ))))))
+            except Stopped as stop:
+                if display is not None:
+                    display.close()
+                console.print(f"stopped by {stop.name}: finished rollouts are saved and each summary.json says what is done "
+                              f"(partial); rerun the same command to resume", markup=False, highlight=False, soft_wrap=True)
+                raise typer.Exit(code=128 + stop.signum) from None
             aggregate = None
             if runs is not None and shard_spec is None:
                 aggregate = write_runs_summary(run_dir, summaries, [s.dir for s in slots], [s.seed for s in slots])
@@ -299,6 +309,42 @@ def _sandbox(unsafe: bool) -> None:
         from sera.sandbox import configure
 
         configure(allow_weak_isolation=True)
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM stopped the work (`_stoppable`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+async def _stoppable(work: Awaitable[T]) -> T:
+    """Await `work`; SIGINT or SIGTERM cancels it (its `finally`s run: summaries written, policies
+    closed) and raises `Stopped`. A second signal meets the default handler: it stops at once."""
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    received: list[int] = []
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        task.cancel()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if received:
+            raise Stopped(received[0]) from None
+        raise
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 async def _closing(policy: object, work: Awaitable[T]) -> T:

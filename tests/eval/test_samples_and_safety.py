@@ -74,7 +74,7 @@ def test_a_tree_that_cannot_be_saved_is_counted_and_the_others_finish(tmp_path, 
     (failed,) = summary.failed
     assert failed.task_id == lost and lost in failed.message and "No space left" in failed.message
     assert tree_path(tmp_path, val_tasks[1].id).exists() and not tree_path(tmp_path, lost).exists()
-    assert lost in capsys.readouterr().out
+    assert lost in capsys.readouterr().err, "the warning is a message: stderr"
     monkeypatch.setattr(harness, "save_tree", real_save)
     again = _run(textcraft, val_tasks, scripted(), tmp_path)
     assert again.overall.errors == 0 and tree_path(tmp_path, lost).exists()
@@ -87,5 +87,5 @@ def test_a_tree_of_another_task_in_a_file_is_redone(tmp_path, textcraft, val_tas
     policy = scripted()
     _run(textcraft, val_tasks, policy, tmp_path)
     assert policy.calls == 1
-    assert f"holds task {val_tasks[1].id!r}, not {val_tasks[0].id!r}; it will be redone" in capsys.readouterr().out
+    assert f"holds task {val_tasks[1].id!r}, not {val_tasks[0].id!r}; it will be redone" in capsys.readouterr().err
     assert RolloutTree.from_json(a.read_bytes()).task_id == val_tasks[0].id

@@ -60,7 +60,11 @@ class RunEntry(Record):
     errors: int
     """Its error rollouts (counted as failures)."""
     wall_time_s: float
-    """Wall-clock seconds of its last invocation."""
+    """Wall-clock seconds of the run, summed over its invocations."""
+    infra_failures: int = 0
+    """Its error rollouts that are the infrastructure's fault (judge errors included)."""
+    judge_errors: int = 0
+    """Its error rollouts whose external judge failed (among `infra_failures`)."""
 
 
 class RunsSummary(Record):
@@ -90,6 +94,11 @@ class RunsSummary(Record):
     """Per task family (TextWorld-Sync)."""
     errors: Stat
     """Error rollouts per run (as counts, not rates)."""
+    infra_failures: Stat | None = None
+    """Infrastructure-failure rollouts per run (counts; judge errors included); None in files
+    written before it existed."""
+    judge_errors: Stat | None = None
+    """Judge-error rollouts per run (counts); None in files written before it existed."""
 
 
 def headline_rule(env: str, bands: list[str]) -> tuple[str, dict[str, int] | None]:
@@ -122,7 +131,7 @@ def aggregate_runs(summaries: list[EvalSummary], dirs: list[str], seeds: list[in
         env=first.env, split=first.split, policy=first.policy, samples=first.samples,
         runs=[
             RunEntry(dir=d, seed=seed, overall=s.overall.success_rate, headline=headline(s), errors=s.overall.errors,
-                     wall_time_s=s.wall_time_s)
+                     infra_failures=s.infra_failures, judge_errors=s.judge_errors, wall_time_s=s.wall_time_s)
             for s, d, seed in zip(summaries, dirs, seeds, strict=True)
         ],
         headline_rule=rule,
@@ -131,6 +140,8 @@ def aggregate_runs(summaries: list[EvalSummary], dirs: list[str], seeds: list[in
         by_difficulty={b: _groups([s.by_difficulty.get(b) for s in summaries]) for b in bands},
         by_family={f: _groups([s.by_family.get(f) for s in summaries]) for f in families},
         errors=_stat([float(s.overall.errors) for s in summaries], max(s.overall.tasks for s in summaries)),
+        infra_failures=_stat([float(s.infra_failures) for s in summaries], max(s.overall.tasks for s in summaries)),
+        judge_errors=_stat([float(s.judge_errors) for s in summaries], max(s.overall.tasks for s in summaries)),
     )
 
 

@@ -15,12 +15,20 @@ error. An error is a rollout whose root could not be judged fairly; each has a `
 | `launcher_timeout` | tree `error`: `finishing the launcher's pending work timed out ...` | yes |
 | `rollout_timeout` | tree `error`: `rollout timed out ...` | no: the tree's own wall-time budget |
 | `rollout_error` | any other tree `error` | no |
+| `judge_endpoint` | a best-of-N group's external judge call (`--selector judge`) failed at the endpoint after the client's retries (down, 5xx, timeout): `ModelCall.error` `<role> call failed: ...` | yes |
+| `judge_invalid` | such a call was answered, but unusably (not JSON, an invalid rubric or score) | yes |
 | `crashed` | `run_rollout` raised (traceback in `<k>.error.txt`) | yes |
 | `save_failed` | the tree could not be written | yes |
 | `not_run` | no tree and no failure was recorded (the summary's fallback; should not happen) | yes |
 
 Infrastructure failures are retried when the evaluation is rerun and count towards
 `--max-infra-failures`; the others are final, like model failures, but still counted as errors.
+
+The two `judge_*` kinds are **judge errors** (`JUDGE_KINDS`): the candidate was committed without
+the judge's choice, so the tree is not a best-of-N result, whatever its outcome. They are checked
+after the root's own failures (a dead policy server is named first) and win over a final tree
+error, so the rollout is retried. Only test-time `best_of` groups are read: a counterfactual
+group's unlabelled branch is training data, handled by the credit rules.
 """
 
 from __future__ import annotations
@@ -33,11 +41,14 @@ from sera.types import Record, RolloutTree
 
 NOT_INFRA_KINDS: frozenset[str] = frozenset({"prompt_too_long", "rollout_timeout", "rollout_error"})
 """Error kinds that are final: retrying would fail the same way."""
+JUDGE_KINDS: frozenset[str] = frozenset({"judge_endpoint", "judge_invalid"})
+"""Error kinds of an external judge that failed inside the tree (infrastructure, not the model)."""
 
 MESSAGE_CHARS = 300
 """Longest failure message kept in a summary (the first line of the recorded error)."""
 
 _SAMPLER_FAILURE = re.compile(r"policy call failed: \w+: (\w+): ")
+_JUDGE_CALL_FAILED = re.compile(r"\w+ call failed: ")  # `JudgeClient`: the endpoint, not the reply
 _WEAK_ISOLATION = "WeakIsolationError: "
 
 
@@ -66,6 +77,27 @@ def one_line(text: str) -> str:
 
 def classify(tree: RolloutTree) -> Failure | None:
     """The tree's error, or None when its outcome is the model's (success or failure)."""
+    found = _classify_root(tree)
+    if found is not None and found.infra:
+        return found
+    return judge_failure(tree) or found
+
+
+def judge_failure(tree: RolloutTree) -> Failure | None:
+    """The first failed external judge call of the tree's best-of-N groups, or None."""
+    for group in tree.fork_groups:
+        if group.kind != "best_of":
+            continue
+        calls = [group.rubric_call, *(b.score_call for b in group.branches)]
+        for call in calls:
+            if call is None or not call.external or not call.error:
+                continue
+            kind = "judge_endpoint" if _JUDGE_CALL_FAILED.match(call.error) else "judge_invalid"
+            return failure(kind, f"group {group.id} {call.role} call: {call.error}")
+    return None
+
+
+def _classify_root(tree: RolloutTree) -> Failure | None:
     root = tree.nodes.get(tree.root_id)
     root_error = root.error if root is not None else None
     if root_error is None and root is None:

@@ -21,6 +21,9 @@ def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
     """Print per-difficulty and overall success, then tree statistics, timing and errors."""
     console = console or Console()
     title = f"{summary.env} / {summary.split} / {summary.policy}"
+    if not summary.complete:
+        console.print(f"partial: {summary.finished_rollouts} of {summary.planned_rollouts} rollouts finished; "
+                      "rerun the same command to finish the run", markup=False, highlight=False)
     console.print(_table(title, "difficulty", list(summary.by_difficulty.items()) + [("overall", summary.overall)]))
     if summary.by_family:
         console.print(_table(f"{title} by family", "family", list(summary.by_family.items())))
@@ -43,12 +46,21 @@ def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
     print_errors(summary, console)
 
 
+def error_counts(errors: int, infra: int, judge: int) -> str:
+    """`3 errors (2 infrastructure, 1 judge)`: model failures are not errors; judge errors are
+    among the infrastructure ones."""
+    return f"{errors} errors ({infra} infrastructure, {judge} judge)"
+
+
 def print_errors(summary: EvalSummary, console: Console, shown: int = 5) -> None:
-    """Errors by kind, and the first few failed rollouts with their one-line messages."""
+    """Error counts (always), errors by kind, and the first few failed rollouts with their
+    one-line messages."""
+    line = error_counts(summary.overall.errors, summary.infra_failures, summary.judge_errors)
     if not summary.failed:
+        console.print(f"{line}", markup=False, highlight=False)
         return
     kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.errors_by_kind.items())
-    console.print(f"errors ({len(summary.failed)} rollouts; {summary.infra_failures} infrastructure): {kinds}")
+    console.print(f"{line}: {kinds}", markup=False, highlight=False)
     for item in summary.failed[:shown]:
         console.print(f"  {item.task_id} #{item.sample} {item.kind}: {item.message}", markup=False, highlight=False)
     if len(summary.failed) > shown:
@@ -77,8 +89,12 @@ def print_runs_summary(runs: RunsSummary, console: Console | None = None) -> Non
     for entry in runs.runs:
         console.print(
             f"  {entry.dir}: seed {entry.seed}, headline {100 * entry.headline:.2f}%, pooled {100 * entry.overall:.2f}%, "
-            f"{entry.errors} errors, {entry.wall_time_s:.1f} s", markup=False, highlight=False,
+            f"{error_counts(entry.errors, entry.infra_failures, entry.judge_errors)}, {entry.wall_time_s:.1f} s",
+            markup=False, highlight=False,
         )
+    counts = [("errors", runs.errors), ("infrastructure", runs.infra_failures), ("judge", runs.judge_errors)]
+    console.print("per run: " + ", ".join(f"{name} {stat.mean:.1f} ± {stat.std:.1f}" for name, stat in counts if stat is not None),
+                  markup=False, highlight=False)
 
 
 def _stat_table(title: str, key: str, rows: list[tuple[str, Stat]], n_runs: int) -> Table:
@@ -104,7 +120,8 @@ def print_slots(out_dir: Path, slots: list[RunSlot], summaries: list[EvalSummary
     else:
         for slot, summary in zip(slots, summaries, strict=True):
             console.print(f"{slot.dir}: seed {slot.seed}, {summary.overall.successes}/{summary.overall.tasks} successful, "
-                          f"{summary.overall.errors} errors", markup=False, highlight=False)
+                          f"{error_counts(summary.overall.errors, summary.infra_failures, summary.judge_errors)}",
+                          markup=False, highlight=False)
         print_runs_summary(runs, console)
         console.print(f"saved {len(slots)} runs under {out_dir}/runs/ and their mean ± std in {out_dir}/summary.json")
     shard = next((slot.shard for slot in slots if slot.shard is not None), None)

@@ -14,6 +14,7 @@ than read: nothing in them says which run wrote them, so resuming them could mix
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -127,19 +128,19 @@ def write_fingerprint(out_dir: Path, fingerprint: RunFingerprint) -> None:
 
 def load_tree(path: Path, task_id: str, seed: int) -> RolloutTree | None:
     """The saved tree at `path` if it is readable and is the rollout asked for, else None
-    (the reason printed: it will be redone)."""
+    (the reason printed on stderr: it will be redone)."""
     if not path.exists():
         return None
     try:
         tree = RolloutTree.from_json(path.read_bytes())
     except (ValueError, OSError) as exc:
-        print(f"warning: {path} is unreadable and will be redone: {str(exc).splitlines()[0]}")
+        print(f"warning: {path} is unreadable and will be redone: {str(exc).splitlines()[0]}", file=sys.stderr)
         return None
     if tree.task_id != clean_text(task_id)[0]:  # trees are saved JSON-safe, their task id too
-        print(f"warning: {path} holds task {tree.task_id!r}, not {task_id!r}; it will be redone")
+        print(f"warning: {path} holds task {tree.task_id!r}, not {task_id!r}; it will be redone", file=sys.stderr)
         return None
     if tree.seed != seed:
-        print(f"warning: {path} has seed {tree.seed}, not this run's {seed}; it will be redone")
+        print(f"warning: {path} has seed {tree.seed}, not this run's {seed}; it will be redone", file=sys.stderr)
         return None
     return tree
 

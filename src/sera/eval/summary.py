@@ -2,11 +2,15 @@
 
 Every count is over rollouts: with `--samples K` each task counts K times (once per sample).
 Errors (`sera.eval.failures`) count as failures in the success rates and are listed by kind.
+
+While a run is going its summary is **partial** (`complete` false): rollouts not finished yet
+(`pending`) are left out of every count, so the rates are those of the rollouts finished so far.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from statistics import mean
 from typing import Any
 
@@ -15,7 +19,7 @@ from pydantic import Field
 from sera.counters import Counter as UsageCounter
 from sera.counters import sum_counters
 from sera.eval.best_of import BestOfReport, best_of_report
-from sera.eval.failures import Failure
+from sera.eval.failures import JUDGE_KINDS, Failure
 from sera.text_safety import clean_text
 from sera.types import Record, RolloutTree, Task
 
@@ -29,7 +33,7 @@ class GroupResult(Record):
     """Success counts of one group of tasks (a difficulty, or all)."""
 
     tasks: int
-    """Rollouts in the group: each task once per sample."""
+    """Rollouts in the group: each task once per sample (a partial summary: those finished)."""
     successes: int
     """Rollouts whose root agent was verified successful."""
     errors: int
@@ -86,7 +90,8 @@ class EvalSummary(Record):
     trees: TreeStats
     """Tree statistics."""
     wall_time_s: float
-    """Wall-clock seconds of the whole evaluation (this invocation)."""
+    """Wall-clock seconds of the whole evaluation, summed over every invocation that ran it (a
+    resumed run adds each one's; a merged run the shards')."""
     mean_rollout_s: float
     """Mean wall-clock seconds of one rollout."""
     counters: dict[str, int] = Field(default_factory=dict)
@@ -103,6 +108,15 @@ class EvalSummary(Record):
     """Error rollouts that are the infrastructure's fault (retried on rerun)."""
     infra_failure_rate: float = 0.0
     """infra_failures / rollouts."""
+    judge_errors: int = 0
+    """Error rollouts whose external judge failed (`judge_*` kinds; among `infra_failures`)."""
+    complete: bool = True
+    """False while the run is going (or after it was stopped): the summary is partial, rewritten as
+    rollouts finish; True once every planned rollout has a result."""
+    planned_rollouts: int = 0
+    """Rollouts this summary's run covers: tasks x samples (0 in summaries written before it existed)."""
+    finished_rollouts: int = 0
+    """Rollouts with a result (a tree or a recorded failure); the counts above are over these."""
     sanitized_trees: int = 0
     """Trees that had strings escaped to be saved as JSON (`sanitized_strings` counts the strings)."""
     failed: list[FailedRollout] = Field(default_factory=list)
@@ -125,17 +139,21 @@ def summarise(
     seed: int | None = None,
     rules: str | None = None,
     best_of: dict[str, Any] | None = None,
+    pending: Collection[SampleKey] = (),
 ) -> EvalSummary:
     """Aggregate `samples` rollouts of each task; a rollout with no tree or with a failure counts
-    as a failure (and an error)."""
+    as a failure (and an error). `pending`: rollouts still running, left out of every count (a
+    partial summary)."""
     failures = failures or {}
-    keys = [(t.id, k) for t in tasks for k in range(samples)]
+    pending = {key for key in pending if key not in trees and key not in failures}
+    planned = [(t.id, k) for t in tasks for k in range(samples)]
+    keys = [key for key in planned if key not in pending]
     missing = {key: Failure(kind="not_run", infra=True, message="no tree was recorded")
                for key in keys if key not in trees and key not in failures}
     errors_of = {**missing, **failures}
 
     def group(members: list[Task]) -> GroupResult:
-        rollouts = [(t.id, k) for t in members for k in range(samples)]
+        rollouts = [(t.id, k) for t in members for k in range(samples) if (t.id, k) not in pending]
         ok = sum(1 for key in rollouts if key in trees and trees[key].root_success and key not in errors_of)
         errors = sum(1 for key in rollouts if key in errors_of)
         return GroupResult(tasks=len(rollouts), successes=ok, errors=errors, success_rate=ok / len(rollouts) if rollouts else 0.0)
@@ -165,6 +183,10 @@ def summarise(
         errors_by_kind=dict(sorted(Counter(f.kind for f in failed).items())),
         infra_failures=infra,
         infra_failure_rate=infra / len(keys) if keys else 0.0,
+        judge_errors=sum(f.kind in JUDGE_KINDS for f in failed),
+        complete=not pending,
+        planned_rollouts=len(planned),
+        finished_rollouts=len(keys),
         sanitized_trees=sum(1 for t in done if t.counters.get(UsageCounter.SANITIZED_STRINGS.value)),
         failed=failed,
         best_of=best_of_report(best_of, done) if best_of is not None else None,

@@ -80,6 +80,10 @@ class SeedResult:
     """Wall-clock seconds (summed over shards: machine time, not the slowest shard's)."""
     mean_rollout_s: float
     """Mean seconds of one rollout."""
+    infra_failures: int = 0
+    """Error rollouts that are the infrastructure's fault (judge errors included), summed over shards."""
+    judge_errors: int = 0
+    """Error rollouts whose external judge failed, summed over shards."""
     best_of: tuple[dict[str, Any], ...] = ()
     """The summaries' best-of-N reports (one per directory summed), as recorded."""
 
@@ -118,6 +122,12 @@ class Row:
     """Wall-clock seconds per run."""
     tasks: int
     """Rollouts per run."""
+    errors: Stat | None = None
+    """Error rollouts per run (counted as failures in the rates)."""
+    infra_failures: Stat | None = None
+    """Infrastructure-failure rollouts per run (endpoint down, 5xx, timeouts, judge errors, ...)."""
+    judge_errors: Stat | None = None
+    """Judge-error rollouts per run (among `infra_failures`)."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +248,8 @@ def _merge(seed: int | None, runs: list[EvalRun]) -> SeedResult:
         counters=dict(sorted(counters.items())),
         wall_time_s=sum(s.wall_time_s for s in summaries),
         mean_rollout_s=sum(s.mean_rollout_s * s.overall.tasks for s in summaries) / rollouts if rollouts else 0.0,
+        infra_failures=sum(s.infra_failures for s in summaries),
+        judge_errors=sum(s.judge_errors for s in summaries),
         best_of=tuple(r.best_of_record for r in runs if r.best_of_record is not None),
     )
 
@@ -265,6 +277,9 @@ def _row(env: str, first: EvalRun, results: list[SeedResult], tag: bool) -> Row:
         families={f: Stat.of([r.families[f].success_rate for r in results if f in r.families]) for f in families},
         counters={n: Stat.of([float(r.counters.get(n, 0)) for r in results]) for n in names},
         wall_time=Stat.of([r.wall_time_s for r in results]), tasks=tasks,
+        errors=Stat.of([float(r.overall.errors) for r in results]),
+        infra_failures=Stat.of([float(r.infra_failures) for r in results]),
+        judge_errors=Stat.of([float(r.judge_errors) for r in results]),
     )
 
 

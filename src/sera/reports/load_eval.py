@@ -47,6 +47,10 @@ def load_eval(directory: Path) -> tuple[EvalRun | None, list[Problem]]:
             return None, problems
         recomputed = True
         problems = _one_line_per_file(problems)
+    if not summary.complete:
+        problems.append(Problem(str(directory / "summary.json"), f"partial: {summary.finished_rollouts} of "
+                                f"{summary.planned_rollouts} rollouts finished (the run is going, or was stopped); "
+                                "counted as it stands, rerun its sera eval command to finish it"))
     if run is None:
         problems.append(Problem(str(directory / "run.json"), "missing: the run's settings are unknown; compared by environment, split, policy and seed only"))
         run = {"env": summary.env, "source": summary.split, "policy": summary.policy, "rules": summary.rules, "seed": summary.seed}

@@ -50,7 +50,8 @@ def stat_num(stat: Stat | None) -> str:
 def table1(table: EvalTable) -> str:
     """Success by difficulty and overall, one row per method."""
     rules = sorted({r.headline_rule for r in table.rows if r.headline_rule})
-    headers = ["method", "runs (seeds)", "tasks", *table.bands, "overall"] + ([f"headline ({' / '.join(rules)})"] if rules else [])
+    headers = (["method", "runs (seeds)", "tasks", *table.bands, "overall"] + ([f"headline ({' / '.join(rules)})"] if rules else [])
+               + ["errors / run (infra, judge)"])
     rows = []
     for r in table.rows:
         cells = [r.label, f"{len(r.runs)} ({', '.join(str(s.seed) for s in r.runs)})", str(r.tasks),
@@ -58,6 +59,7 @@ def table1(table: EvalTable) -> str:
         if rules:
             partial = r.headline_rule in {rule for rule, _ in HEADLINE.values()} and len(r.headline_bands) < 4
             cells.append(pct(r.headline) + (f" ({len(r.headline_bands)}/4 bands)" if partial else ""))
+        cells.append(f"{stat_num(r.errors)} ({stat_num(r.infra_failures)}, {stat_num(r.judge_errors)})")
         rows.append(cells)
     return markdown_table(headers, rows)
 
