@@ -230,3 +230,32 @@ def test_sera_evaluations_write_frozen_rubrics_for_children(tmp_path: Path, monk
     rao = load_config("configs/textcraft-synth/rao.yaml", preset="tiny", overrides=keys)
     evaluation.run_evaluation(rao, tmp_path / "rao")
     assert eval_stats(tmp_path / "rao").rubrics is None  # RAO writes no rubrics
+
+
+def test_a_signal_during_sft_is_an_interruption_and_the_rerun_resumes_it(job, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextlib import contextmanager
+
+    from sera.train import sft
+
+    @contextmanager
+    def signalled():  # SIGTERM already received: the run checkpoints before its first batch
+        yield [15]
+
+    monkeypatch.setattr(sft, "stop_on_signals", signalled)
+    out = tmp_path / "job"
+    result = pipeline(out)
+    assert result.exit_code == 143, result.output
+    phases = record(out)
+    assert phases["sft"]["status"] == "interrupted" and phases["sft"]["error"] == "stopped by SIGTERM"
+    assert phases["eval_sft"]["status"] == "pending" and (out / "sft" / "checkpoints" / "latest").is_file()
+    monkeypatch.undo()
+    again = pipeline(out)
+    assert again.exit_code == 0, again.output
+    phases = record(out)
+    assert phases["sft"]["status"] == "done" and phases["sft"]["detail"]["resumed"] is True
+    assert "sft: resuming the unfinished run" in again.output
+    done, _ = job
+    lines = [(out / "sft" / "metrics.jsonl"), (done / "sft" / "metrics.jsonl")]
+    losses = [[(r["kind"], r["step"], r["loss"]) for r in map(json.loads, p.read_text().splitlines())] for p in lines]
+    assert losses[0] == losses[1], "the resumed SFT trained what the uninterrupted job's did"

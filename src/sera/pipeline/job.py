@@ -3,8 +3,8 @@
     eval_base -> sft -> eval_sft -> rl (until the budget's RL deadline) -> eval_rl -> report
 
 Run again with the same command, the job resumes: a phase recorded `done` whose output is still
-there is kept; RL continues from its newest checkpoint; an unfinished SFT restarts (it has no
-checkpointed state worth resuming mid-epoch); an evaluation keeps its finished trees. A phase
+there is kept; SFT and RL continue from their newest checkpoints (exactly: the same batches and
+weights as an uninterrupted run); an evaluation keeps its finished trees. A phase
 whose source is redone makes what was built from it stale: the job refuses to start rather than
 mix them (remove the stale folders, or use another `--out`). The job directory's `config.yaml`
 is the config it was started with; a rerun may change only `RESUMABLE_KEYS`.
@@ -17,7 +17,6 @@ its one-line error; nothing completed is deleted) and still writes the report of
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -201,9 +200,6 @@ def _step(cfg: TrainConfig, out: Path, name: str, record: JobRecord, budget: Bud
         weights = None if name == "eval_base" else out / source  # type: ignore[operator]
         work = lambda: eval_work(cfg, folder, weights)  # noqa: E731
     elif name == "sft":
-        if folder.exists():
-            log(f"sft: {folder} holds an unfinished attempt; removed (SFT restarts from the beginning)")
-            shutil.rmtree(folder)
         work = lambda: sft_work(cfg, folder, detail)  # noqa: E731
     else:
         deadline = _rl_deadline(cfg, record, budget)

@@ -3,13 +3,13 @@
 | phase | folder | runs | complete when |
 |---|---|---|---|
 | `eval_base` | `eval_base/` | the config's model on the fixed set (`sera.pipeline.evaluation`) | `summary.json` |
-| `sft` | `sft/` | `run_sft` (`sera sft`, at `sft.lr`) | `checkpoints/latest` |
+| `sft` | `sft/` | `run_sft` (`sera sft`, at `sft.lr`); resumed from its checkpoint | `checkpoints/latest` |
 | `eval_sft` | `eval_sft/` | the SFT run's newest checkpoint on the fixed set | `summary.json` |
 | `rl` | `rl/` | `run_train(init_from=sft/, deadline=...)`; resumed from its checkpoint | `checkpoints/latest` |
 | `eval_rl` | `eval_rl/` | the RL run's newest checkpoint on the fixed set | `summary.json` |
 
 Each function returns the `detail` that `pipeline.json` keeps, or raises (`PhaseFailed`, or
-`PhaseInterrupted` when a signal stopped RL after its checkpoint).
+`PhaseInterrupted` when a signal stopped SFT or RL after its checkpoint).
 """
 
 from __future__ import annotations
@@ -64,13 +64,23 @@ def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None) -> dict[str,
 
 
 def sft_work(cfg: TrainConfig, folder: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    """The SFT phase (`run_sft` does not resume: the caller clears an unfinished attempt first)."""
+    """The SFT phase: a fresh run, or the unfinished one in `folder` resumed from its newest
+    checkpoint (a start that died before writing its config is removed). A signal that stopped it
+    after its checkpoint is `PhaseInterrupted`."""
     from sera.train.sft import run_sft
 
-    result = run_sft(cfg, folder, log=log)
-    return {"steps": result.steps, "nll_before": result.nll_before, "nll_after": result.nll_after,
-            "train_datums": result.train_datums, "val_datums": result.val_datums,
-            "checkpoint": str(result.checkpoint)}
+    resume = (folder / CONFIG_FILE).is_file()
+    if folder.exists() and not resume:
+        shutil.rmtree(folder)
+    if resume:
+        log(f"sft: resuming the unfinished run in {folder}")
+    result = run_sft(resume_config(folder, cfg) if resume else cfg, folder, resume=resume, log=log)
+    detail = {"steps": result.steps, "nll_before": result.nll_before, "nll_after": result.nll_after,
+              "train_datums": result.train_datums, "val_datums": result.val_datums,
+              "checkpoint": str(result.checkpoint), "resumed": resume, "stopped_by": result.stopped_by}
+    if result.stopped_by is not None:
+        raise PhaseInterrupted(result.stopped_by, detail)
+    return detail
 
 
 def rl_work(cfg: TrainConfig, folder: Path, init: Path | None, deadline: float | None,

@@ -276,6 +276,9 @@ class SftConfig(_Section):
     """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
     lr: float | None = Field(None, gt=0)
     """SFT learning rate; null: `optimizer.lr` (SFT usually wants a larger one than RL)."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Also checkpoint every N optimizer steps inside an epoch (0: at the end of each epoch only);
+    a killed run resumes from the newest (`sera sft --resume`)."""
 
 
 class VllmConfig(_Section):

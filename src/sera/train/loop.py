@@ -35,8 +35,7 @@ import random
 import resource
 import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ from sera.train.progress import Progress
 from sera.train.run_dir import (
     CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, NoLearningSignal, TrainError, prepare_run, trim_past,
 )
+from sera.train.signals import stop_on_signals
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
 from sera.train.sinks import open_sinks
@@ -179,27 +179,6 @@ def sample_round(cfg: TrainConfig, state: LoopState, tasks: list[Task], sampler:
             return rnd
         rnd.waves += 1
         chosen, rnd.cursor = take_tasks(tasks, cfg.seed, rnd.cursor, missing, exclude={t.id for t in rnd.tasks})
-
-
-# -- signals --------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[list[int]]:
-    """While inside, SIGTERM and SIGINT only record themselves (the loop checkpoints at the end
-    of the step and exits); the previous handlers come back afterwards."""
-    received: list[int] = []
-    handlers = {}
-    try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            handlers[sig] = signal.signal(sig, lambda signum, _frame: received.append(signum))
-    except ValueError:  # not the main thread: no handlers (the caller stops the run another way)
-        pass
-    try:
-        yield received
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 # -- the loop -----------------------------------------------------------------------------------------------

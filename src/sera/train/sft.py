@@ -52,12 +52,13 @@ from sera.runtime.rollout import run_rollout
 from sera.rubric.scripted import RubricOracle
 from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train.batching import microbatches
-from sera.checkpoints.store import capture_rng, save_checkpoint
 from sera.train.config import TrainConfig
 from sera.train.datums import Datum, MissingTokensError, execution_datums, model_call_datum
 from sera.train.learner import TorchLearner
 from sera.train.metrics import METRICS_FILE, MetricsSink
 from sera.train.run_dir import CKPT_DIR, TrainError, prepare_run
+from sera.train.sft_epochs import SftPosition, restore, train_epochs
+from sera.train.signals import stop_on_signals
 from sera.train.setup import load_model, make_learner, runtime_config, training_tasks
 from sera.types import RolloutTree, Task
 
@@ -250,7 +251,9 @@ class SftResult:
     val_datums: int
     """Held-out demonstration datums."""
     checkpoint: Path
-    """The final checkpoint directory."""
+    """The newest checkpoint directory."""
+    stopped_by: str | None = None
+    """The signal (`SIGINT`, `SIGTERM`) that stopped the run before its last epoch; None: finished."""
 
 
 def val_split(cfg: TrainConfig, spec: EnvSpec) -> str:
@@ -276,9 +279,18 @@ def _save_trees(folder: Path, trees: Sequence[RolloutTree]) -> None:
         save_tree(folder / f"{task_file_name(tree.task_id)}.json", tree)
 
 
-def run_sft(cfg: TrainConfig, out: str | Path, *, log: Callable[[str], None] = print) -> SftResult:
-    """Demonstrations, then `sft.epochs` epochs of SFT into the run directory `out`."""
+def run_sft(cfg: TrainConfig | None, out: str | Path, *, resume: bool = False,
+            log: Callable[[str], None] = print) -> SftResult:
+    """Demonstrations, then `sft.epochs` epochs of SFT into the run directory `out`.
+
+    `resume`: continue the run in `out` from its newest checkpoint (`cfg` None: its saved config;
+    else one that differs only in `RESUMABLE_KEYS`); the demonstrations are collected again (the
+    expert is scripted and seeded: the same datums). SIGINT/SIGTERM stop the run at the next batch
+    boundary with a checkpoint (`SftResult.stopped_by`)."""
     out = Path(out)
+    if resume:
+        cfg = prepare_run(out, cfg, resume=True)  # a refused config costs no demonstrations
+    assert cfg is not None
     spec = get_env(cfg.environment.name)
     train_tasks, val_tasks = sft_tasks(cfg, spec)
     torch.manual_seed(cfg.seed)
@@ -295,7 +307,8 @@ def run_sft(cfg: TrainConfig, out: str | Path, *, log: Callable[[str], None] = p
             f"or rollout.max_depth, or pick other tasks); counts: {dict(train.counts)}")
     if not val.datums:
         log(f"warning: no successful demonstration on the {len(val_tasks)} held-out tasks: held-out NLL is nan")
-    cfg = prepare_run(out, cfg, resume=False)
+    if not resume:
+        cfg = prepare_run(out, cfg, resume=False)
     _save_trees(out / DEMOS_DIR / "train", train.trees)
     _save_trees(out / DEMOS_DIR / "val", val.trees)
     learner = make_learner(cfg, model, tokenizer, lr=cfg.sft.lr)
@@ -306,59 +319,29 @@ def run_sft(cfg: TrainConfig, out: str | Path, *, log: Callable[[str], None] = p
     if warning := long_reply_warning(train.counts, cfg.rollout.max_tokens):
         log(warning)
 
-    nll, val_tokens = heldout_nll(learner, val.datums)
-    before = nll
-    first = {"kind": "eval", "epoch": 0, "step": 0, "loss": None, "heldout_nll": nll, "heldout_tokens": val_tokens,
-             "train_datums": len(train.datums), "train_trained_tokens": train.trained_tokens,
-             "demos/train": dict(train.counts), "demos/val": dict(val.counts), "time/demonstrations": demo_seconds}
-    metrics.append(first)
-    log(f"epoch 0: held-out NLL {nll:.4f} nats/token over {val_tokens} tokens")
-    rng = random.Random(cfg.seed)
-    size = cfg.sft.batch_datums
-    checkpoint = None
-    for epoch in range(1, cfg.sft.epochs + 1):
-        order = list(range(len(train.datums)))
-        rng.shuffle(order)
-        started, losses, tokens, trained = time.perf_counter(), [], 0, 0
-        for start in range(0, len(order), size):
-            batch = [train.datums[i] for i in order[start:start + size]]
-            stats = learner.train_step(batch, "sft", {})  # the NLL takes no options
-            fb = stats.forward_backward
-            losses.append((fb.loss, fb.trained_tokens))
-            tokens += fb.tokens
-            trained += fb.trained_tokens
-            metrics.append({"kind": "train", "epoch": epoch, "step": stats.optim.step, "loss": fb.loss,
-                            "heldout_nll": None, "grad_norm": stats.optim.grad_norm, "lr": stats.optim.lr,
-                            "trained_tokens": fb.trained_tokens, "tokens": fb.tokens, "datums": fb.datums,
-                            "tokens_per_s": stats.tokens_per_s, "seconds": stats.seconds})
-        seconds = time.perf_counter() - started
+    position = restore(out, learner, metrics) if resume else None
+    restored = position is not None
+    if restored:
+        log(f"resumed {out} at epoch {position.epoch}" + (" (done)" if position.epoch_done else f", batch {position.batch}")
+            + f", step {learner.steps}")
+    else:
         nll, val_tokens = heldout_nll(learner, val.datums)
-        train_loss = sum(loss * n for loss, n in losses) / max(1, sum(n for _, n in losses))
-        line = {"kind": "eval", "epoch": epoch, "step": learner.steps, "loss": train_loss, "heldout_nll": nll,
-                "heldout_tokens": val_tokens, "trained_tokens": trained, "tokens": tokens,
-                "tokens_per_s": tokens / seconds if seconds > 0 else 0.0, "time/epoch": seconds}
-        metrics.append(line)
-        checkpoint = _checkpoint(out, cfg, learner, epoch, line)
-        log(f"epoch {epoch}: train loss {train_loss:.4f}, held-out NLL {nll:.4f} nats/token, "
-            f"{line['tokens_per_s']:.0f} tokens/s, {learner.steps} steps")
-    assert checkpoint is not None
-    log(f"held-out NLL {before:.4f} -> {nll:.4f} nats/token; checkpoint {checkpoint}")
-    return SftResult(steps=learner.steps, nll_before=before, nll_after=nll, train_datums=len(train.datums),
-                     val_datums=len(val.datums), checkpoint=checkpoint)
-
-
-def _checkpoint(out: Path, cfg: TrainConfig, learner: TorchLearner, epoch: int, line: dict[str, Any]) -> Path:
-    weights = learner.state_dict()
-    state = {"kind": "sft", "epoch": epoch, "steps": learner.steps, "heldout_nll": line["heldout_nll"]}
-    files = {
-        "learner.pt": lambda f: torch.save(weights, f),
-        "rng.pt": lambda f: torch.save(capture_rng(), f),
-        "state.json": json.dumps(state, indent=1).encode(),
-        "last_metrics.json": json.dumps(line).encode(),
-    }
-    saved = save_checkpoint(out / CKPT_DIR, files, step=learner.steps, version=learner.steps, round=epoch,
-                            keep_last=cfg.checkpoint.keep_last, meta={"kind": "sft", "model": cfg.model.name})
-    return saved.path
+        metrics.append({"kind": "eval", "epoch": 0, "step": 0, "loss": None, "heldout_nll": nll, "heldout_tokens": val_tokens,
+                        "train_datums": len(train.datums), "train_trained_tokens": train.trained_tokens,
+                        "demos/train": dict(train.counts), "demos/val": dict(val.counts), "time/demonstrations": demo_seconds})
+        log(f"epoch 0: held-out NLL {nll:.4f} nats/token over {val_tokens} tokens")
+        position = SftPosition(epoch=1, batch=0, epoch_done=False, nll_before=nll, nll=nll)
+    with stop_on_signals() as received:
+        ended = train_epochs(cfg, out, learner, train.datums, val.datums, position, metrics, received, heldout_nll, log,
+                             restored=restored)
+    done = ended.position
+    if ended.stopped_by:
+        log(f"{ended.stopped_by}: checkpointed at epoch {done.epoch}, batch {done.batch}, step {learner.steps}; "
+            f"continue with: sera sft --resume --out {out}")
+    else:
+        log(f"held-out NLL {done.nll_before:.4f} -> {done.nll:.4f} nats/token; checkpoint {ended.checkpoint}")
+    return SftResult(steps=learner.steps, nll_before=done.nll_before, nll_after=done.nll, train_datums=len(train.datums),
+                     val_datums=len(val.datums), checkpoint=ended.checkpoint, stopped_by=ended.stopped_by)
 
 
 # -- sera train --init-from ----------------------------------------------------------------------
