@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from sera.train import loop
@@ -80,7 +81,8 @@ def test_sigkill_mid_step_then_resume_equals_an_uninterrupted_run(tmp_path: Path
     assert worst <= 1e-6, f"final weights differ by up to {worst}"
 
 
-def test_ctrl_c_checkpoints_the_step_then_exits_and_resume_finishes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_checkpoints_the_step_then_exits_and_resume_finishes(tmp_path: Path, signum: int) -> None:
     run = tmp_path / "run"
     process = sera_train("--config", CONFIG, "--out", str(run), "max_steps=40", "checkpoint.every=100", "seed=5")
     deadline = time.monotonic() + 240
@@ -88,10 +90,10 @@ def test_ctrl_c_checkpoints_the_step_then_exits_and_resume_finishes(tmp_path: Pa
         assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "the run never reached step 2"
         time.sleep(0.01)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     output, _ = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGINT, output
-    assert "SIGINT: checkpointed at step" in output and f"sera train --resume {run}" in output
+    assert process.returncode == 128 + signum, output
+    assert f"{signal.Signals(signum).name}: checkpointed at step" in output and f"sera train --resume {run}" in output
     done = metrics(run)
     ckpt = load_latest(run / loop.CKPT_DIR)
     assert ckpt is not None and ckpt.step == len(done) < 40  # the step in progress finished and was saved
