@@ -100,7 +100,7 @@ def _textcraft() -> EnvSpec:
 
     return EnvSpec(
         name="textcraft-synth",
-        splits=("train", "val"),
+        splits=("train", "val", "starter-train", "starter-val"),  # starter: the CPU curriculum tier
         load_split=_no_rules("textcraft-synth", load_split),
         load_file=_no_rules("textcraft-synth", load_tasks),
         root_env=lambda task: root_env_factory(task, default_recipe_book()),

@@ -33,7 +33,9 @@ PresetName = Literal["paper", "cpu", "tiny"]
 PRESETS: tuple[str, ...] = ("paper", "cpu", "tiny")
 REPO_PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "presets"
 """The presets shipped with the repository (`configs/presets/`)."""
-DIFFICULTIES = ("easy", "medium", "hard", "extreme")
+DIFFICULTIES = ("starter", "easy", "medium", "hard", "extreme")
+"""Difficulty bands a config may name; `starter` is TextCraft-Synth's CPU curriculum tier
+(`starter-train` / `starter-val`, `sera.envs.textcraft.starter`)."""
 
 
 class ConfigError(ValueError):

@@ -36,6 +36,10 @@ from typing import Any
 from sera.envs.task_file import TaskFileError, read_jsonl_rows
 from sera.envs.textcraft.recipes import RecipeBook, default_recipe_book
 from sera.envs.textcraft.task_generator import DIFFICULTY_BANDS, ENV_NAME, gc_paused
+
+TASK_DIFFICULTIES: tuple[str, ...] = (*DIFFICULTY_BANDS, "starter")
+"""Difficulty labels a task file may carry: the published bands and the starter tier
+(`sera.envs.textcraft.starter`)."""
 from sera.envs.textcraft.world import is_positive_int
 from sera.types import Task
 
@@ -135,9 +139,9 @@ class _RowChecker:
             if not self.book.knows(item):
                 raise self.fail("misc.initial_inventory", f"unknown item {item!r} (not in the recipe book)")
         difficulty = misc.get("difficulty")
-        if difficulty is not None and difficulty not in DIFFICULTY_BANDS:
+        if difficulty is not None and difficulty not in TASK_DIFFICULTIES:
             raise self.fail(
-                "misc.difficulty", f"expected one of {', '.join(DIFFICULTY_BANDS)}, got {_show(difficulty)}"
+                "misc.difficulty", f"expected one of {', '.join(TASK_DIFFICULTIES)}, got {_show(difficulty)}"
             )
         for key in ("max_depth", "num_craft_steps"):
             value = misc.get(key)

@@ -31,6 +31,7 @@ from sera.envs.textcraft.task_generator import (
     generate_tasks,
 )
 from sera.envs.task_lookup import UnknownTaskError, find_task
+from sera.envs.textcraft.starter import STARTER_SPLITS, is_starter_split, starter_tasks
 from sera.types import Task
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "ENV_NAME",
     "PUBLISHED_PACKAGE",
     "SPLITS",
+    "STARTER_SPLITS",
     "GenerationConfig",
     "PublishedDataUnavailable",
     "Split",
@@ -86,8 +88,11 @@ def published_task_file(split: Split) -> Path:
     )
 
 
-def load_split(split: Split) -> list[Task]:
-    """A published split: read from the installed package, else generated (same tasks)."""
+def load_split(split: str) -> list[Task]:
+    """A published split: read from the installed package, else generated (same tasks); or a
+    starter split (`sera.envs.textcraft.starter`, always generated)."""
+    if is_starter_split(split):
+        return starter_tasks(split)
     try:
         path = published_task_file(split)
     except PublishedDataUnavailable:
