@@ -9,9 +9,9 @@ an `EnvSpec` or a function returning one (a user's own world, or the test kit's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from sera.agents.protocol import CODEACT, TEXT, ReplyProtocol
@@ -60,6 +60,8 @@ class EnvSpec:
     """Evaluation sampling of model policies (the paper's settings: greedy, caps, stops)."""
     training: EnvTraining
     """What credit needs to know (labels, filters, the reply protocol)."""
+    experts: Mapping[str, Callable[[list[Task]], Policy]] = field(default_factory=dict)
+    """Other scripted experts SFT may demonstrate with, by name (`sft.expert`); `oracle` is `default`."""
     global_rubric: Callable[[], Rubric] | None = None
     """The fixed rubric of the global-rubric ablation; None where the paper has none."""
     rules: tuple[str, ...] = ()
@@ -91,6 +93,7 @@ def _textcraft() -> EnvSpec:
     from sera.envs.textcraft.env import root_env_factory
     from sera.envs.textcraft.oracle import TextCraftOracle
     from sera.envs.textcraft.recipes import default_recipe_book
+    from sera.envs.textcraft.short_expert import TextCraftShortExpert
     from sera.envs.textcraft.tasks import load_split, load_tasks
 
     def global_rubric() -> Rubric:
@@ -105,6 +108,7 @@ def _textcraft() -> EnvSpec:
         load_file=_no_rules("textcraft-synth", load_tasks),
         root_env=lambda task: root_env_factory(task, default_recipe_book()),
         oracle=lambda tasks: TextCraftOracle(),
+        experts={"short": lambda tasks: TextCraftShortExpert()},
         sampling=SamplingParams(temperature=0.0, max_tokens=512, stop=CODEACT.stops, max_prompt_tokens=9728),
         training=EnvTraining(CODEACT, "verifier", filter_zero_variance=True, drop_error_steps=True, score_max_tokens_rt=1024),
         global_rubric=global_rubric,

@@ -278,6 +278,10 @@ class SftConfig(_Section):
     """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
     lr: float | None = Field(None, gt=0)
     """SFT learning rate; null: `optimizer.lr` (SFT usually wants a larger one than RL)."""
+    expert: str = "default"
+    """Which scripted expert demonstrates: `default` (the environment's oracle) or another of its
+    `EnvSpec.experts` (TextCraft-Synth: `short`, three short regular replies a small model can
+    imitate, `sera.envs.textcraft.short_expert`)."""
     checkpoint_every: int = Field(0, ge=0)
     """Also checkpoint every N optimizer steps inside an epoch (0: at the end of each epoch only);
     a killed run resumes from the newest (`sera sft --resume`)."""
@@ -453,6 +457,8 @@ def _check_environment(cfg: TrainConfig) -> None:
         raise ValueError(f"eval.split={cfg.eval.split!r}: {e.name} has splits {list(env.splits)}")
     if cfg.sft.val_split is not None and cfg.sft.val_split not in env.splits:
         raise ValueError(f"sft.val_split={cfg.sft.val_split!r}: {e.name} has splits {list(env.splits)}")
+    if cfg.sft.expert != "default" and cfg.sft.expert not in env.experts:
+        raise ValueError(f"sft.expert={cfg.sft.expert!r}: {e.name} has experts {['default', *env.experts]}")
     p = cfg.pipeline
     if p.eval_split is not None and p.eval_split not in env.splits:
         raise ValueError(f"pipeline.eval_split={p.eval_split!r}: {e.name} has splits {list(env.splits)}")

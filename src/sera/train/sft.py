@@ -99,9 +99,9 @@ class Demonstrations:
         return dict(Counter(d.stage for d in self.datums))
 
 
-def expert_policy(spec: EnvSpec, task: Task, tokenizer: Any, *, rubric_demos: bool) -> Any:
-    """The scripted expert for `task` (with the scripted rubric writer/scorer), with token ids."""
-    agent = spec.oracle([task])
+def expert_policy(spec: EnvSpec, task: Task, tokenizer: Any, *, rubric_demos: bool, expert: str = "default") -> Any:
+    """The scripted expert `expert` for `task` (with the scripted rubric writer/scorer), with token ids."""
+    agent = spec.oracle([task]) if expert == "default" else spec.experts[expert]([task])
     return TokenizingPolicy(RubricOracle(agent) if rubric_demos else agent, tokenizer)
 
 
@@ -120,7 +120,7 @@ async def collect_trees(cfg: TrainConfig, spec: EnvSpec, tasks: Sequence[Task], 
     rubric = cfg.sft.rubric_demos
 
     async def one(index: int, task: Task) -> RolloutTree:
-        policy = expert_policy(spec, task, tokenizer, rubric_demos=rubric)
+        policy = expert_policy(spec, task, tokenizer, rubric_demos=rubric, expert=cfg.sft.expert)
         launcher = (FrozenRubricLauncher(
             PolicyRubricWriter(policy, replace(WRITE_SAMPLING, max_tokens=cfg.rollout.rubric_max_tokens)),
             PolicyRubricScorer(policy, replace(SCORE_SAMPLING, max_tokens=cfg.rollout.scorer_max_tokens)),
