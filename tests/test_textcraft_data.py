@@ -258,7 +258,7 @@ def _expect(path: Path, message: str) -> None:
         ),
         (
             json.dumps(_row("t.1", difficulty="trivial")),
-            'line 2: field misc.difficulty: expected one of easy, medium, hard, extreme, got "trivial"',
+            'line 2: field misc.difficulty: expected one of easy, medium, hard, extreme, starter, got "trivial"',
         ),
         (
             json.dumps(_row("t.1", gold_trajectory=[{"action": "craft", "target": ["m0_i1", 0]}])),
