@@ -101,3 +101,22 @@ def test_rl_is_described_by_its_status() -> None:
     quiet = summary_sentences(Facts(rl_status="done", rl_steps=40, rl_updates=0, rl_stopped_by="no_signal"))
     assert quiet == ["RL made 0 optimizer update(s) in 40 step(s) (stopped early: too many steps in a row had nothing "
                      "to train on, as when every tree of a task gets the same reward)."]
+
+
+def test_the_pre_flight_says_when_rl_will_see_no_variance_and_how_large_k_would_have_to_be() -> None:
+    from sera.pipeline.wording import Facts, signal_sentences, variance_chance
+
+    none = Facts(success={"before SFT": Rate.of(0, 32), "after SFT": Rate.of(0, 32)}, trees_per_task=4)
+    (line,) = signal_sentences(none)
+    assert line.startswith("Pre-flight: none of the 32 evaluated tasks succeeded after SFT")
+    high = Rate.of(0, 32).high
+    needed = next(n for n in range(2, 100) if variance_chance(high, n) >= 0.5)
+    assert needed > 4 and f"K would need to be at least {needed}" in line
+    some = Facts(success={"after SFT": Rate.of(30, 32)}, trees_per_task=8)
+    assert signal_sentences(some) == [f"Pre-flight: at the after SFT rate, a group of K=8 trees has both outcomes with "
+                                      f"probability {100 * variance_chance(30 / 32, 8):.0f}% (RL trains only such groups)."]
+    (small,) = signal_sentences(Facts(success={"after SFT": Rate.of(0, 8)}, trees_per_task=8))
+    assert "K=8 gives an even chance of a mixed group only at that end" in small  # 0/8: up to 32%
+    every = signal_sentences(Facts(success={"after SFT": Rate.of(8, 8)}, trees_per_task=4))
+    assert every[0].startswith("Pre-flight: every one of the 8") and "lower end" in every[0]
+    assert signal_sentences(Facts(success={"after SFT": Rate.of(0, 8)})) == [], "no RL, no pre-flight"

@@ -162,7 +162,9 @@ def collect(out: Path) -> ReportData:
                 "max_tokens": cfg.rollout.max_tokens, "max_depth": cfg.rollout.max_depth,
                 "sft": p.sft, "rl": p.rl, "max_steps": cfg.steps.max_steps,
                 "batch": f"{cfg.rollout.batch_tasks} tasks x K={cfg.rollout.trees_per_task}",
-                "train_temperature": cfg.rollout.agent_temperature},
+                "train_temperature": cfg.rollout.agent_temperature, "train_split": cfg.environment.split,
+                "sft_expert": cfg.sft.expert, "sft_tasks": cfg.sft.train_tasks, "sft_epochs": cfg.sft.epochs,
+                "trees_per_task": cfg.rollout.trees_per_task},
         invocations=record.invocations,
         phases=[dataclasses.asdict(record.phase(name)) for name in PHASES],
     )
@@ -197,7 +199,17 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
         rl_stopped_by=rl.detail.get("stopped_by") if rl.status == "done" else None,
         infra_failures=sum(e.infra_failures for e in data.evaluations.values()),
         tasks=data.config["eval_tasks"] if done else None,
+        trees_per_task=data.config.get("trees_per_task") if data.config.get("rl") else None,
     )
+
+
+def expert_version(name: str | None) -> str:
+    """` (short-v1)` for an expert whose replies are versioned, else empty."""
+    if name == "short":
+        from sera.envs.textcraft.short_expert import EXPERT_VERSION
+
+        return f" ({EXPERT_VERSION})"
+    return ""
 
 
 # -- Markdown ----------------------------------------------------------------------------------------
@@ -236,6 +248,10 @@ def render(data: ReportData) -> str:
         ["fixed evaluation set", f"the first {c['eval_tasks']} tasks of split {c['eval_split']}, band "
                                  f"{c['eval_difficulty'] or 'all'}; one greedy rollout each; at most {c['eval_max_calls']} "
                                  f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"],
+        ["training tasks / SFT", f"split {c.get('train_split', '?')}, band {c['train_difficulty'] or 'all'}; SFT on "
+                                 f"{c.get('sft_tasks', '?')} demonstrations of the {c.get('sft_expert', 'default')} expert"
+                                 f"{expert_version(c.get('sft_expert'))}, {c.get('sft_epochs', '?')} epoch(s)"
+                                 if c["sft"] else "SFT off (pipeline.sft false)"],
         ["RL", f"{c['batch']} per step, at most {c['max_steps']} updates" if c["rl"] else "off (pipeline.rl false)"],
         ["budget (this run)", f"{last.get('budget_minutes', '?')} min; used {num(used / 60, 1) if used is not None else '?'} "
                               f"min before the report" + (f"; RL deadline at {deadline / 60:.1f} min" if deadline is not None else "")],

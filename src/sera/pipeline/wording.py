@@ -104,6 +104,8 @@ class Facts:
     """Evaluation rollouts lost to the infrastructure (not model results)."""
     tasks: int | None = None
     """Tasks of the fixed evaluation set."""
+    trees_per_task: int | None = None
+    """RL's group size K (None: no RL configured): the pre-flight reads it."""
 
 
 def summary_sentences(facts: Facts) -> list[str]:
@@ -118,6 +120,7 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(compare("Parseable replies", a, facts.valid_replies[a], b, facts.valid_replies[b]))
     if facts.nll:
         out.append(describe_nll(facts.nll))
+    out += signal_sentences(facts)
     out += rl_sentences(facts)
     if facts.infra_failures:
         out.append(f"{facts.infra_failures} evaluation rollout(s) failed for infrastructure reasons; they are "
@@ -126,6 +129,36 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(f"Each evaluation is one greedy rollout on each of the same {facts.tasks} held-out tasks; "
                    f"a change smaller than the 95% intervals is not claimed.")
     return out
+
+
+def variance_chance(p: float, k: int) -> float:
+    """Probability that a group of `k` trees at success rate `p` has both outcomes (a learning signal)."""
+    return 1.0 - p ** k - (1.0 - p) ** k
+
+
+def signal_sentences(facts: Facts) -> list[str]:
+    """The pre-flight: RL starts from the last evaluation before it (after SFT, else before
+    SFT); at 0 successes its groups of K trees would see no variance. Says how large K would
+    have to be for an even chance of a mixed group if the true rate were the interval's upper end."""
+    k = facts.trees_per_task
+    start = facts.success.get("after SFT") or facts.success.get("before SFT")
+    if k is None or start is None or start.n == 0 or start.high is None:
+        return []
+    label = "after SFT" if "after SFT" in facts.success else "before SFT"
+    if 0 < start.k < start.n:
+        chance = variance_chance(start.k / start.n, k)
+        return [f"Pre-flight: at the {label} rate, a group of K={k} trees has both outcomes with probability "
+                f"{100 * chance:.0f}% (RL trains only such groups)."]
+    which, bound = ("none", start.high) if start.k == 0 else ("every one", 1.0 - (start.low or 0.0))
+    needed = next((n for n in range(2, 4097) if 1.0 - (1.0 - bound) ** n - bound ** n >= 0.5), None)
+    if needed is not None and needed <= k:
+        grow = f"K={k} gives an even chance of a mixed group only at that end"
+    else:
+        grow = (f"K would need to be at least {needed}" if needed else "no K up to 4096 would do") + " for an even chance of a mixed group"
+    return [f"Pre-flight: {which} of the {start.n} evaluated tasks succeeded {label}, so RL's groups of K={k} trees "
+            f"will likely all get the same reward and make no update; even at the interval's "
+            f"{'upper' if start.k == 0 else 'lower'} end ({100 * (bound if start.k == 0 else 1 - bound):.0f}%), "
+            f"{grow}."]
 
 
 def rl_sentences(facts: Facts) -> list[str]:
