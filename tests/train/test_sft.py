@@ -212,3 +212,21 @@ def test_demonstrated_replies_longer_than_the_sampling_budget_are_counted_and_wa
         "rollout.max_tokens=16: a policy that imitates them is cut off mid-reply in RL and evaluation; raise "
         "rollout.max_tokens")
     assert long_reply_warning(Counter(replies=3), 16) is None
+
+
+def test_sft_can_demonstrate_a_tier_below_the_one_rl_trains_on() -> None:
+    """The main job's curriculum: SFT on starter tasks, RL on easy ones, from one config."""
+    from sera.train.sft import sft_tasks
+
+    keys = ["environment.name=textcraft-synth", "environment.split=train", "environment.difficulty=easy",
+            "sft.train_tasks=6", "sft.val_tasks=2", "sft.val_split=starter-val"]
+    spec = get_env("textcraft-synth")
+    cfg = load_config(LETTERS, overrides=keys + ["sft.split=starter-train", "sft.difficulty=starter"])
+    train, val = sft_tasks(cfg, spec)
+    assert len(train) == 6 and {t.difficulty for t in train} == {"starter"}
+    assert {t.id.split(".")[1] for t in train} == {"starter-train"} and {t.difficulty for t in val} == {"starter"}
+    assert {t.difficulty for t in training_tasks(cfg, spec)} == {"easy"}  # RL's tasks are untouched
+    with pytest.raises(ConfigError, match="sft.split='nope'"):
+        load_config(LETTERS, overrides=keys + ["sft.split=nope"])
+    with pytest.raises(ConfigError, match="sft.difficulty='trivial'"):
+        load_config(LETTERS, overrides=keys + ["sft.difficulty=trivial"])

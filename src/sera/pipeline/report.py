@@ -164,6 +164,8 @@ def collect(out: Path) -> ReportData:
                 "batch": f"{cfg.rollout.batch_tasks} tasks x K={cfg.rollout.trees_per_task}",
                 "train_temperature": cfg.rollout.agent_temperature, "train_split": cfg.environment.split,
                 "sft_expert": cfg.sft.expert, "sft_tasks": cfg.sft.train_tasks, "sft_epochs": cfg.sft.epochs,
+                "sft_split": cfg.sft.split or cfg.environment.split,
+                "sft_difficulty": cfg.sft.difficulty or cfg.environment.difficulty,
                 "trees_per_task": cfg.rollout.trees_per_task},
         invocations=record.invocations,
         phases=[dataclasses.asdict(record.phase(name)) for name in PHASES],
@@ -248,8 +250,10 @@ def render(data: ReportData) -> str:
         ["fixed evaluation set", f"the first {c['eval_tasks']} tasks of split {c['eval_split']}, band "
                                  f"{c['eval_difficulty'] or 'all'}; one greedy rollout each; at most {c['eval_max_calls']} "
                                  f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"],
-        ["training tasks / SFT", f"split {c.get('train_split', '?')}, band {c['train_difficulty'] or 'all'}; SFT on "
-                                 f"{c.get('sft_tasks', '?')} demonstrations of the {c.get('sft_expert', 'default')} expert"
+        ["training tasks / SFT", f"RL on split {c.get('train_split', '?')}, band {c['train_difficulty'] or 'all'}; SFT on "
+                                 f"{c.get('sft_tasks', '?')} tasks of split {c.get('sft_split', c.get('train_split', '?'))}, "
+                                 f"band {c.get('sft_difficulty', c['train_difficulty']) or 'all'}, demonstrated by the "
+                                 f"{c.get('sft_expert', 'default')} expert"
                                  f"{expert_version(c.get('sft_expert'))}, {c.get('sft_epochs', '?')} epoch(s)"
                                  if c["sft"] else "SFT off (pipeline.sft false)"],
         ["RL", f"{c['batch']} per step, at most {c['max_steps']} updates" if c["rl"] else "off (pipeline.rl false)"],

@@ -270,6 +270,11 @@ class SftConfig(_Section):
     """Held-out tasks (the first ones of `sft.val_split`, same difficulty) whose demonstrations give the held-out NLL."""
     val_split: str | None = None
     """The held-out split; null: `val`, else `dev`, whichever the environment has."""
+    split: str | None = None
+    """The split demonstrated; null: `environment.split`. A curriculum demonstrates a tier below
+    the one RL trains on (the main job: `starter-train` here, `train` for RL)."""
+    difficulty: str | None = None
+    """The band demonstrated and held out; null: `environment.difficulty`."""
     batch_datums: int = Field(8, ge=1)
     """Datums per optimizer step (seeded shuffle each epoch)."""
     max_calls_per_agent: int | None = Field(None, ge=1)
@@ -457,6 +462,10 @@ def _check_environment(cfg: TrainConfig) -> None:
         raise ValueError(f"eval.split={cfg.eval.split!r}: {e.name} has splits {list(env.splits)}")
     if cfg.sft.val_split is not None and cfg.sft.val_split not in env.splits:
         raise ValueError(f"sft.val_split={cfg.sft.val_split!r}: {e.name} has splits {list(env.splits)}")
+    if cfg.sft.split is not None and cfg.sft.split not in env.splits:
+        raise ValueError(f"sft.split={cfg.sft.split!r}: {e.name} has splits {list(env.splits)}")
+    if cfg.sft.difficulty is not None and cfg.sft.difficulty not in DIFFICULTIES:
+        raise ValueError(f"sft.difficulty={cfg.sft.difficulty!r}: use one of {list(DIFFICULTIES)} or null")
     if cfg.sft.expert != "default" and cfg.sft.expert not in env.experts:
         raise ValueError(f"sft.expert={cfg.sft.expert!r}: {e.name} has experts {['default', *env.experts]}")
     p = cfg.pipeline

@@ -264,13 +264,18 @@ def val_split(cfg: TrainConfig, spec: EnvSpec) -> str:
 
 
 def sft_tasks(cfg: TrainConfig, spec: EnvSpec) -> tuple[list[Task], list[Task]]:
-    """`(train, val)`: a seeded sample of `sft.train_tasks` training tasks, and the first
-    `sft.val_tasks` tasks of the held-out split in the same difficulty band."""
-    pool = training_tasks(cfg, spec)
-    train = random.Random(cfg.seed).sample(pool, min(cfg.sft.train_tasks, len(pool)))
-    e = cfg.environment
-    val = select_tasks(spec, TaskSelection(split=val_split(cfg, spec), difficulty=e.difficulty,
-                                           limit=cfg.sft.val_tasks, rules=e.rules))
+    """`(train, val)`: a seeded sample of `sft.train_tasks` training tasks (`sft.split` and
+    `sft.difficulty` where set, else RL's), and the first `sft.val_tasks` tasks of the held-out
+    split in the same difficulty band."""
+    e, s = cfg.environment, cfg.sft
+    band = s.difficulty if s.difficulty is not None else e.difficulty
+    if s.split is None and s.difficulty is None:
+        pool = training_tasks(cfg, spec)
+    else:
+        pool = select_tasks(spec, TaskSelection(split=s.split or e.split, tasks_file=None if s.split else e.tasks_file,
+                                                difficulty=band, rules=e.rules))
+    train = random.Random(cfg.seed).sample(pool, min(s.train_tasks, len(pool)))
+    val = select_tasks(spec, TaskSelection(split=val_split(cfg, spec), difficulty=band, limit=s.val_tasks, rules=e.rules))
     return train, val
 
 
