@@ -24,6 +24,7 @@ from sera.policy.openai_sampler import OpenAISampler
 
 from .conftest import fake_vllm_server
 from sera.runtime.policy import SamplingParams
+from sera.policy.repetition import loop_cut
 from sera.testing.tiny import tiny_tokenizer
 from sera.types import Message
 
@@ -360,3 +361,20 @@ def test_vllm_server_that_dies_reports_its_log(tmp_path):
     server = fake_vllm(tmp_path, crash=True)
     with pytest.raises(RuntimeError, match="model not found"):
         server.start(ready_timeout_s=30)
+
+
+async def test_repetition_stop_cuts_a_served_loop_where_the_in_process_sampler_would_stop():
+    # vLLM has no such stop: the server generates to the cap and the client cuts the loop.
+    tokenizer = tiny_tokenizer()
+    prose = tokenizer.encode("<thought>craft", add_special_tokens=False)
+    loop = tokenizer.encode(" 1.", add_special_tokens=False) * 40
+    ids = prose + loop
+    server = Server(chat_body(text=tokenizer.decode(ids), ids=ids, lps=[-0.1] * len(ids), finish="length"))
+    out = await sampler_for(server, tokenizer=tokenizer)(MSGS, SamplingParams(max_tokens=len(ids), repetition_stop=32))
+    end = loop_cut(ids, 32)
+    assert end is not None and end < len(ids)
+    assert out.finish_reason == "repetition" and out.token_ids == ids[:end] and len(out.logprobs) == end
+    assert out.text == tokenizer.decode(ids[:end], skip_special_tokens=True) and out.usage.completion_tokens == end
+    unchecked = await sampler_for(Server(chat_body(text="x", ids=ids, lps=[-0.1] * len(ids), finish="length")),
+                                  tokenizer=tokenizer)(MSGS, SamplingParams(max_tokens=len(ids)))
+    assert unchecked.token_ids == ids and unchecked.finish_reason == "length"

@@ -11,6 +11,7 @@ import torch
 
 from sera.policy.decoding import DecodeJob, RowState, stop_window
 from sera.policy.errors import SamplerError
+from sera.policy.repetition import loop_cut
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.policy.transformers_sampler import TransformersSampler
 from sera.runtime.policy import Policy, Sampler, SamplingParams
@@ -369,3 +370,27 @@ def test_works_across_event_loops(tiny) -> None:
     second = asyncio.run(sampler(chat("x"), GREEDY))
     asyncio.run(sampler.close())
     assert first.token_ids == second.token_ids
+
+
+async def test_repetition_stop_ends_a_looping_reply_where_the_loop_first_covers_the_span(sampler) -> None:
+    # The tiny model's greedy reply to "craft 0 sticks" falls into a short loop (and later leaves
+    # it); its reply to "craft 1 sticks" never loops. With the check on, the first ends exactly
+    # where the loop first covers 32 tokens, the second runs to the cap unchanged.
+    looping, plain = [Message(role="user", content="craft 0 sticks")], [Message(role="user", content="craft 1 sticks")]
+    whole = SamplingParams(temperature=0.0, max_tokens=200)
+    checked = SamplingParams(temperature=0.0, max_tokens=200, repetition_stop=32)
+    loop_whole = await sampler(looping, whole)
+    end = loop_cut(loop_whole.token_ids, 32)
+    assert end is not None and end < 200
+    cut = await sampler(looping, checked)
+    assert cut.finish_reason == "repetition" and cut.token_ids == loop_whole.token_ids[:end]
+    assert cut.logprobs == pytest.approx(loop_whole.logprobs[:end], abs=1e-5)
+    assert cut.usage.completion_tokens == end
+    plain_whole, plain_checked = await sampler(plain, whole), await sampler(plain, checked)
+    assert loop_cut(plain_whole.token_ids, 32) is None
+    assert plain_checked.token_ids == plain_whole.token_ids and plain_checked.finish_reason == "length"
+
+
+async def test_negative_repetition_stop_is_an_invalid_request(sampler) -> None:
+    with pytest.raises(SamplerError, match="repetition_stop must be >= 0"):
+        await sampler(chat("x"), SamplingParams(max_tokens=4, repetition_stop=-1))

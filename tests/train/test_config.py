@@ -59,6 +59,7 @@ def test_paper_values(path: Path) -> None:
     assert (r.agent_temperature, r.rubric_temperature, r.scorer_temperature) == (1.0, 1.0, 0.0)
     assert (r.max_calls_per_agent, r.max_depth, r.branches, r.fork_copies, r.margin) == (20, 3, 8, 16, 0.2)
     assert (r.rubric_max_tokens, r.scorer_max_tokens) == (1024, 1024)
+    assert r.repetition_stop == 0  # the authors' code has no loop stop
     assert (r.max_tokens, r.max_prompt_tokens, r.context) == ((3072, 10240, 13312) if tw else (512, 9600, 10240))
     assert r.scorer_max_tokens_rt == (512 if tw else 1024)
     assert cfg.steps.max_steps == (400 if tw else 250)
@@ -151,6 +152,7 @@ def test_methods_that_need_no_judge_load_without_one() -> None:
     ("textcraft-synth/sera.yaml", ["environment.difficulty=medum"], "environment.difficulty='medum'"),
     ("textcraft-synth/sera.yaml", ["eval.every=5"], "eval.split='dev'"),
     ("textcraft-synth/sera.yaml", ["rollout.max_tokens=1024"], "exceed rollout.context (10240)"),
+    ("textcraft-synth/sera.yaml", ["rollout.repetition_stop=8"], "rollout.repetition_stop=8: use 0 (off) or at least 32"),
     ("textcraft-synth/sera.yaml", ["loss.clip_low=6"], "clip_low <= clip_high"),
     ("textcraft-synth/sera.yaml", ["loss.kl_coef=0.1"], "loss.kl_coef"),
     ("textcraft-synth/sera.yaml", ["environment.tasks_file=/nonexistent/tasks.jsonl"], "no such file"),
@@ -238,3 +240,15 @@ def test_every_field_has_a_docstring() -> None:
                     walk(arg)
 
     walk(TrainConfig)
+
+
+def test_repetition_stop_reaches_the_agents_sampling_in_training_and_in_the_fixed_evaluation() -> None:
+    from sera.envs.registry import get_env
+    from sera.pipeline.evalset import eval_runtime
+    from sera.train.setup import runtime_config
+
+    cfg = load_config(CONFIGS / "textcraft-synth/sera.yaml", overrides=["rollout.repetition_stop=64"])
+    spec = get_env(cfg.environment.name)
+    assert runtime_config(cfg, spec).sampling.repetition_stop == 64
+    assert eval_runtime(cfg, spec).sampling.repetition_stop == 64
+    assert runtime_config(load_config(CONFIGS / "textcraft-synth/sera.yaml"), spec).sampling.repetition_stop == 0

@@ -160,6 +160,7 @@ def collect(out: Path) -> ReportData:
                 "eval_difficulty": p.eval_difficulty, "eval_tasks": p.eval_tasks,
                 "eval_max_calls": p.eval_max_calls or cfg.rollout.max_calls_per_agent,
                 "max_tokens": cfg.rollout.max_tokens, "max_depth": cfg.rollout.max_depth,
+                "repetition_stop": cfg.rollout.repetition_stop,
                 "sft": p.sft, "rl": p.rl, "max_steps": cfg.steps.max_steps,
                 "batch": f"{cfg.rollout.batch_tasks} tasks x K={cfg.rollout.trees_per_task}",
                 "train_temperature": cfg.rollout.agent_temperature, "train_split": cfg.environment.split,
@@ -249,7 +250,9 @@ def render(data: ReportData) -> str:
                                          f"/ {c['model']} ({c['dtype']})"],
         ["fixed evaluation set", f"the first {c['eval_tasks']} tasks of split {c['eval_split']}, band "
                                  f"{c['eval_difficulty'] or 'all'}; one greedy rollout each; at most {c['eval_max_calls']} "
-                                 f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"],
+                                 f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"
+                                 + (f"; a reply ends once its last {c['repetition_stop']} tokens loop"
+                                    if c.get("repetition_stop") else "")],
         ["training tasks / SFT", f"RL on split {c.get('train_split', '?')}, band {c['train_difficulty'] or 'all'}; SFT on "
                                  f"{c.get('sft_tasks', '?')} tasks of split {c.get('sft_split', c.get('train_split', '?'))}, "
                                  f"band {c.get('sft_difficulty', c['train_difficulty']) or 'all'}, demonstrated by the "

@@ -12,6 +12,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from sera.policy.batching import PendingRequest
+from sera.policy.repetition import REPETITION, loops_at_end
 
 
 @dataclass
@@ -30,6 +31,8 @@ class DecodeJob:
     """Stop strings, matched against the decoded tail of the completion (`stop_window`)."""
     generator: torch.Generator
     """This request's own RNG (CPU), so a seeded request samples the same whatever its batch."""
+    repetition_stop: int = 0
+    """Loop span that ends the completion with `repetition` (`sera.policy.repetition`); 0: off."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class DecodeResult:
     text: str
     """`token_ids` decoded without special tokens: a stop string is included, as generated."""
     finish_reason: str
-    """`stop` (EOS or a stop string) or `length`."""
+    """`stop` (EOS or a stop string), `repetition` (a degenerate loop) or `length`."""
 
 
 Finished = list[tuple[PendingRequest[DecodeJob], DecodeResult]]
@@ -100,6 +103,8 @@ class RowState:
             tail = self._decode(self.token_ids[self._tail_start():], tokenizer)
             if any(s in tail for s in self.job.stop):
                 return self._result(self._decode(self.token_ids, tokenizer), "stop")
+        if self.job.repetition_stop and loops_at_end(self.token_ids, self.job.repetition_stop):
+            return self._result(self._decode(self.token_ids, tokenizer), REPETITION)
         if len(self.token_ids) >= self.job.max_tokens:
             return self._result(self._decode(self.token_ids, tokenizer), "length")
         return None

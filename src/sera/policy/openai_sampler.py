@@ -31,6 +31,7 @@ from sera.policy.context import ContextPolicy, Overflow, check_prompt_ids, estim
 from sera.policy.errors import SamplerError
 from sera.policy.openai_http import CallStats, HttpSettings, OpenAIEndpoint
 from sera.policy.openai_replies import read_chat_reply, read_text_completion_reply
+from sera.policy.repetition import REPETITION, loop_cut
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message
 
@@ -185,7 +186,23 @@ class OpenAISampler:
         except SamplerError as error:
             self.stats.count_failure(error.kind)
             raise
-        return self._exact_stop_text(completion, sampling)
+        return self._cut_loop(self._exact_stop_text(completion, sampling), sampling)
+
+    def _cut_loop(self, completion: Completion, sampling: SamplingParams) -> Completion:
+        """`repetition_stop` after the fact: the server has no such stop, so a completion that
+        loops is cut where the in-process sampler would have stopped it (same tokens, same finish
+        reason `repetition`). It needs the token ids and a tokenizer for the text; without them
+        the completion stays whole."""
+        ids = completion.token_ids
+        if not sampling.repetition_stop or not ids or self.tokenizer is None or completion.finish_reason == "stop":
+            return completion
+        end = loop_cut(ids, sampling.repetition_stop)
+        if end is None:
+            return completion
+        logprobs = completion.logprobs[:end] if completion.logprobs is not None else None
+        usage = completion.usage.model_copy(update={"completion_tokens": end})
+        return replace(completion, token_ids=list(ids[:end]), logprobs=logprobs, finish_reason=REPETITION, usage=usage,
+                       text=self.tokenizer.decode(ids[:end], skip_special_tokens=True))
 
     def _exact_stop_text(self, completion: Completion, sampling: SamplingParams) -> Completion:
         """With a tokenizer, a stop-string completion's text is its decoded ids: vLLM cuts the text

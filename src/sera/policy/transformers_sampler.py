@@ -21,7 +21,9 @@ What a `Completion` holds, exactly:
   temperature 1 without top-p: the quantity the learner recomputes (`sera.train.logprobs`)
   for the CISPO importance ratio, *not* the probability under the sampling distribution
   (which differs when temperature != 1 or top_p < 1).
-- `finish_reason`: `stop` (EOS or a stop string) or `length` (`max_tokens` reached).
+- `finish_reason`: `stop` (EOS or a stop string), `repetition` (the last
+  `SamplingParams.repetition_stop` tokens loop, `sera.policy.repetition`) or `length`
+  (`max_tokens` reached).
 - `prompt_token_ids`: always; `prompt_messages`: the messages kept when the context policy
   (`sera.policy.context.ContextPolicy`) changed the prompt; after a token cut they are the
   messages the cut ids were rendered from.
@@ -190,6 +192,8 @@ class TransformersSampler:
             raise SamplerError("invalid_request", f"top_p must be in (0, 1], got {sampling.top_p}")
         if any(not s for s in sampling.stop):
             raise SamplerError("invalid_request", f"empty stop string in {sampling.stop!r}")
+        if sampling.repetition_stop < 0:
+            raise SamplerError("invalid_request", f"repetition_stop must be >= 0, got {sampling.repetition_stop}")
         if self.max_positions is not None and len(prompt_ids) + sampling.max_tokens > self.max_positions:
             raise SamplerError(
                 "prompt_too_long",
@@ -214,6 +218,7 @@ class TransformersSampler:
             max_tokens=sampling.max_tokens,
             stop=tuple(sampling.stop),
             generator=generator,
+            repetition_stop=sampling.repetition_stop,
         )
 
     def chat_ids(self, messages: list[Message], *, add_generation_prompt: bool = True) -> list[int]:

@@ -33,6 +33,9 @@ class SamplingParams:
     None keeps the prompt whole."""
     logprobs: bool = True
     """Ask for completion token ids and log-probabilities (training needs them)."""
+    repetition_stop: int = 0
+    """End a completion once its last this-many tokens repeat one unit of at most 16 tokens (a
+    degenerate loop), finish reason `repetition` (`sera.policy.repetition`); 0: off."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sera.envs.registry import env_names, get_env
+from sera.policy.repetition import MAX_PERIOD
 from sera.train.method import Method, get_method
 from sera.train.schedule import StageSchedule
 
@@ -34,6 +35,8 @@ PRESETS: tuple[str, ...] = ("paper", "cpu", "tiny")
 REPO_PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "presets"
 """The presets shipped with the repository (`configs/presets/`)."""
 DIFFICULTIES = ("starter", "easy", "medium", "hard", "extreme")
+MIN_REPETITION_STOP = 2 * MAX_PERIOD
+"""The shortest `rollout.repetition_stop` span: the longest unit must repeat at least twice."""
 """Difficulty bands a config may name; `starter` is TextCraft-Synth's CPU curriculum tier
 (`starter-train` / `starter-val`, `sera.envs.textcraft.starter`)."""
 
@@ -171,6 +174,11 @@ class RolloutConfig(_Section):
     """Root trees sampled at once."""
     max_tokens: int = Field(512, ge=1)
     """Completion tokens per agent call."""
+    repetition_stop: int = Field(0, ge=0)
+    """End an agent call once its last this-many tokens repeat one unit of at most 16 tokens (a
+    degenerate loop: the base model's "1. 1. 1. ..."), finish reason `repetition`; 0: off, as in
+    the authors' code; else at least 32. Saves the rest of `max_tokens` on replies already
+    unparseable."""
     max_prompt_tokens: int = Field(9600, ge=1)
     """Prompt cap per agent call (longer prompts go through the context policy)."""
     context: int = Field(10240, ge=1)
@@ -410,6 +418,9 @@ class TrainConfig(_Section):
         if r.max_prompt_tokens + r.max_tokens > r.context:
             raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "
                              f"({r.max_tokens}) exceed rollout.context ({r.context})")
+        if 0 < r.repetition_stop < MIN_REPETITION_STOP:
+            raise ValueError(f"rollout.repetition_stop={r.repetition_stop}: use 0 (off) or at least "
+                             f"{MIN_REPETITION_STOP}, so a unit of up to {MAX_PERIOD} tokens repeats twice before it counts")
         return self
 
 

@@ -61,7 +61,8 @@ def runtime_config(cfg: TrainConfig, spec: EnvSpec, *, temperature: float | None
     `temperature` overrides the agents' (periodic evaluation)."""
     r = cfg.rollout
     sampling = replace(spec.sampling, temperature=r.agent_temperature if temperature is None else temperature,
-                       max_tokens=r.max_tokens, max_prompt_tokens=r.max_prompt_tokens, logprobs=temperature is None)
+                       max_tokens=r.max_tokens, max_prompt_tokens=r.max_prompt_tokens, logprobs=temperature is None,
+                       repetition_stop=r.repetition_stop)
     return RuntimeConfig(max_calls_per_agent=r.max_calls_per_agent, max_depth=r.max_depth, sampling=sampling)
 
 
