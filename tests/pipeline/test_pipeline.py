@@ -188,7 +188,7 @@ def test_an_infrastructure_failure_is_not_a_model_result(tmp_path: Path, monkeyp
     assert base["error"].startswith("6 of 6 rollouts failed for infrastructure reasons (policy_error: 6)")
     assert "infrastructure failure after" in result.output
     report = (out / "report.md").read_text()
-    assert "| eval_base (before SFT) | 0/0 | — | — | 6 | 0 |" in report
+    assert "| eval_base (before SFT) | 0/0 | — | — | — | 6 | 0 |" in report
     assert "not solved" not in report  # no success sentence from an evaluation that did not complete
 
 

@@ -1,5 +1,6 @@
 """Wilson intervals against known values, and the report's wording rule on constructed inputs:
-a change is claimed only when the 95% intervals do not overlap."""
+a change is claimed only when the 95% intervals do not overlap or the paired exact test on the
+same tasks gives p < 0.05."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import pytest
 
-from sera.pipeline.stats import Rate, wilson_interval
+from sera.pipeline.stats import PairedChange, Rate, wilson_interval
 from sera.pipeline.wording import Facts, compare, describe_nll, describe_success, summary_sentences
 
 
@@ -59,6 +60,33 @@ def test_separated_intervals_claim_the_direction() -> None:
     fell = compare("Success", "after SFT", Rate.of(19, 20), "after RL", Rate.of(2, 20))
     assert fell.startswith("Success fell from 19/20") and "do not overlap" in fell
     assert "cannot be compared" in compare("Success", "a", Rate.of(0, 0), "b", Rate.of(1, 2))
+
+
+@pytest.mark.parametrize(("gained", "lost", "p"), [
+    (0, 0, 1.0), (3, 3, 1.0), (5, 0, 0.0625), (6, 0, 0.03125), (8, 0, 0.0078125),
+    (9, 2, 0.0654296875),  # 2 * P(Bin(11, 1/2) <= 2) = 2 * 67 / 2048
+])
+def test_paired_exact_test_known_values(gained: int, lost: int, p: float) -> None:
+    assert PairedChange(gained, lost, 32).p_value == pytest.approx(p)
+
+
+def test_paired_change_counts_only_tasks_evaluated_both_times() -> None:
+    before = {"a#0": False, "b#0": True, "c#0": False, "d#0": True}
+    after = {"a#0": True, "b#0": False, "c#0": True, "e#0": True}
+    assert PairedChange.of(before, after) == PairedChange(gained=2, lost=1, paired=3)
+
+
+def test_a_paired_test_can_claim_what_overlapping_intervals_cannot() -> None:
+    before, after = Rate.of(18, 32), Rate.of(26, 32)
+    assert before.overlaps(after)  # 40-72% and 64-91%
+    rose = compare("Success", "after SFT", before, "after RL", after, PairedChange(8, 0, 32))
+    assert rose.startswith("Success rose from 18/32 after SFT to 26/32 after RL")
+    assert "8 gained, 0 lost, p = 0.00781" in rose and "overlap" in rose
+    # The same totals with gains and losses mixed: the test cannot tell, and nothing is claimed.
+    mixed = compare("Success", "after SFT", before, "after RL", after, PairedChange(11, 3, 32))
+    assert "no measurable change" in mixed and "p = 0.0574" in mixed and "rose" not in mixed
+    fell = compare("Success", "a", after, "b", before, PairedChange(0, 8, 32))
+    assert fell.startswith("Success fell from 26/32 a to 18/32 b")
 
 
 def test_boundary_touching_intervals_count_as_overlap() -> None:

@@ -62,6 +62,9 @@ class EvalStats:
     """External judge calls spent."""
     wall_s: float
     """Wall seconds of the harness's last invocation (`summary.json`)."""
+    outcomes: dict[str, bool]
+    """Verified success per rollout that is a model result, keyed `task_id#sample` (the sample's
+    order among that task's rollouts): what a paired comparison of two evaluations reads."""
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values."""
@@ -122,5 +125,16 @@ def eval_stats(directory: Path) -> EvalStats:
         tool_errors=Rate.of(errors, parsed), agents_per_tree=shape.get("agents/mean"),
         delegation=Rate.of(delegating, len(trees)), rubrics=Rate.of(valid, children) if children else None,
         trees=len(trees), verifier_calls=int(cost["calls/verifier"]), judge_calls=int(cost["calls/judge"]),
-        wall_s=summary.wall_time_s,
+        wall_s=summary.wall_time_s, outcomes=outcomes(trees),
     )
+
+
+def outcomes(trees: list[RolloutTree]) -> dict[str, bool]:
+    """`task_id#sample` -> verified success, the samples of a task numbered in the trees' order."""
+    seen: dict[str, int] = {}
+    out = {}
+    for tree in trees:
+        sample = seen.get(tree.task_id, 0)
+        seen[tree.task_id] = sample + 1
+        out[f"{tree.task_id}#{sample}"] = bool(tree.root_success)
+    return out

@@ -23,7 +23,7 @@ from sera.pipeline.evalstats import EvalReadError, EvalStats, eval_stats
 from sera.pipeline.phases import EVAL_PHASES, LABELS, PHASES, output_present
 from sera.pipeline.plot import curve_plot
 from sera.pipeline.record import JobRecord
-from sera.pipeline.stats import Rate
+from sera.pipeline.stats import PairedChange, Rate
 from sera.pipeline.wording import Facts, describe_count, bounds, summary_sentences
 from sera.reports.load_train import load_train
 from sera.reports.tables import markdown_table, num, table7_train
@@ -97,6 +97,11 @@ class ReportData:
     """The generated sentences."""
     problems: list[str] = field(default_factory=list)
     """Outputs that could not be read, one line each."""
+
+
+def _paired(before: EvalStats, after: EvalStats) -> str:
+    change = PairedChange.of(before.outcomes, after.outcomes)
+    return f"+{change.gained} / −{change.lost} of {change.paired}, p = {change.p_value:.3g}"
 
 
 def _number(value: Any) -> float | None:
@@ -194,6 +199,8 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
     rl = record.phase("rl")
     return Facts(
         success={LABELS[n]: data.evaluations[n].success for n in done},
+        paired={(LABELS[a], LABELS[b]): PairedChange.of(data.evaluations[a].outcomes, data.evaluations[b].outcomes)
+                for a, b in zip(done, done[1:])},
         valid_replies={LABELS[n]: data.evaluations[n].replies for n in done},
         nll=nll,
         rl_status=rl.status if rl.status != "pending" else None,
@@ -274,10 +281,13 @@ def render(data: ReportData) -> str:
          f"{p['wall_s']:.1f} s" if p["wall_s"] is not None else "—", _phase_note(p)] for p in data.phases])]
     lines += ["", "## Success on the fixed held-out set", ""]
     if data.evaluations:
+        names = list(data.evaluations)
         lines.append(markdown_table(
-            ["evaluation", "solved", "share", "Wilson 95% CI", "infrastructure failures (not counted)", "other errors (counted as failures)"],
+            ["evaluation", "solved", "share", "Wilson 95% CI", "vs the previous, same tasks (paired exact test)",
+             "infrastructure failures (not counted)", "other errors (counted as failures)"],
             [[f"{n} ({LABELS[n]})", f"{e.success.k}/{e.success.n}", _share(e.success), bounds(e.success) if e.success.n else "—",
-              str(e.infra_failures), str(e.errors)] for n, e in data.evaluations.items()]))
+              _paired(data.evaluations[names[i - 1]], e) if i else "—", str(e.infra_failures), str(e.errors)]
+             for i, (n, e) in enumerate(data.evaluations.items())]))
         lines += ["", "## Behaviour in the evaluations", "",
                   "Shares are k/n with Wilson 95% intervals. Tool errors are over parsed replies; rubric validity is over "
                   "children a frozen rubric was written for (— when none was).", ""]

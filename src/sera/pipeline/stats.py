@@ -69,3 +69,42 @@ class Rate:
     def to_json(self) -> dict[str, float | int | None]:
         """`{k, n, share, low, high}`."""
         return {"k": self.k, "n": self.n, "share": self.share, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """Two evaluations of the same tasks, task by task: the exact (McNemar) sign test.
+
+    Only discordant tasks carry evidence: under "no change" each is equally likely to be a gain or
+    a loss, so the two-sided p-value is that of the binomial(gained + lost, 1/2) count being at
+    least as lopsided. It can separate two rates whose Wilson intervals overlap (e.g. 18/32 and
+    26/32 with 8 gains and 0 losses: p = 0.008) because it uses the pairing the intervals ignore.
+    """
+
+    gained: int
+    """Tasks failed before and solved after."""
+    lost: int
+    """Tasks solved before and failed after."""
+    paired: int
+    """Tasks with a model result in both evaluations."""
+
+    @classmethod
+    def of(cls, before: dict[str, bool], after: dict[str, bool]) -> PairedChange:
+        """Compare outcomes by task id (tasks missing from either side are left out)."""
+        common = before.keys() & after.keys()
+        gained = sum(1 for t in common if after[t] and not before[t])
+        lost = sum(1 for t in common if before[t] and not after[t])
+        return cls(gained=gained, lost=lost, paired=len(common))
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided exact p-value (1.0 when no task changed)."""
+        n, low = self.gained + self.lost, min(self.gained, self.lost)
+        if n == 0:
+            return 1.0
+        tail = sum(math.comb(n, i) for i in range(low + 1)) / 2 ** n
+        return min(1.0, 2 * tail)
+
+    def to_json(self) -> dict[str, float | int]:
+        """`{gained, lost, paired, p_value}`."""
+        return {"gained": self.gained, "lost": self.lost, "paired": self.paired, "p_value": self.p_value}

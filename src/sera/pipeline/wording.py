@@ -1,19 +1,23 @@
 """The report's sentences, generated from the numbers so that they never claim more than the
-intervals allow.
+statistics allow.
 
-The rule: two evaluations of the same fixed task set are compared only through their Wilson 95%
-intervals (`sera.pipeline.stats`). When the intervals overlap, the sentence says the run shows
-no measurable change at this sample size, whatever the point estimates; only when they do not
-overlap does it say the rate rose or fell. A rate of 0/n is "not solved on this set" with its
-interval (0/4 is 0-49%), never "cannot solve". Held-out NLL is a single number per epoch with no
-interval here, so its sentence states the direction only, and says what it measures.
+The rule: two evaluations of the same fixed task set claim a change only when (a) their Wilson
+95% intervals do not overlap (`sera.pipeline.stats.Rate`), or (b) the paired exact test on the
+same tasks (`sera.pipeline.stats.PairedChange`, McNemar) gives p < 0.05; the sentence says which.
+Otherwise it says the run shows no measurable change at this sample size, whatever the point
+estimates. A rate of 0/n is "not solved on this set" with its interval (0/4 is 0-49%), never
+"cannot solve". Held-out NLL is a single number per epoch with no interval here, so its sentence
+states the direction only, and says what it measures.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sera.pipeline.stats import Rate
+from sera.pipeline.stats import PairedChange, Rate
+
+PAIRED_ALPHA = 0.05
+"""Two-sided level of the paired exact test below which a change is claimed."""
 
 
 def percent(x: float) -> str:
@@ -54,17 +58,27 @@ def describe_success(rate: Rate) -> str:
     return f"{fraction(rate)} solved ({percent(rate.k / rate.n)}; {interval(rate)})"
 
 
-def compare(quantity: str, before_label: str, before: Rate, after_label: str, after: Rate) -> str:
-    """One sentence comparing two rates by the overlap of their 95% intervals."""
+def compare(quantity: str, before_label: str, before: Rate, after_label: str, after: Rate,
+            paired: PairedChange | None = None) -> str:
+    """One sentence comparing two rates: by the overlap of their 95% intervals, and by the paired
+    exact test when the per-task outcomes of both are known (`paired`)."""
     if before.n == 0 or after.n == 0:
         return f"{quantity} {before_label} and {after_label} cannot be compared: nothing was counted in one of them."
     pair = f"{fraction(before)} {before_label} and {fraction(after)} {after_label}"
-    if before.overlaps(after):
-        return (f"{quantity}: {pair}; the 95% intervals ({bounds(before)}, {bounds(after)}) overlap, "
-                f"so this run shows no measurable change at this sample size.")
+    test = (f"paired exact test on the {paired.paired} tasks evaluated both times: {paired.gained} gained, "
+            f"{paired.lost} lost, p = {paired.p_value:.3g}") if paired is not None else None
     direction = "rose" if after.k / after.n > before.k / before.n else "fell"
-    return (f"{quantity} {direction} from {fraction(before)} {before_label} to {fraction(after)} {after_label} "
-            f"(95% intervals {bounds(before)} and {bounds(after)} do not overlap).")
+    if not before.overlaps(after):
+        return (f"{quantity} {direction} from {fraction(before)} {before_label} to {fraction(after)} {after_label} "
+                f"(95% intervals {bounds(before)} and {bounds(after)} do not overlap"
+                + (f"; {test})." if test else ")."))
+    if paired is not None and paired.p_value < PAIRED_ALPHA and paired.gained != paired.lost:
+        direction = "rose" if paired.gained > paired.lost else "fell"
+        return (f"{quantity} {direction} from {fraction(before)} {before_label} to {fraction(after)} {after_label} "
+                f"({test}; the 95% intervals {bounds(before)} and {bounds(after)} overlap, the paired test "
+                f"uses that the tasks are the same).")
+    return (f"{quantity}: {pair}; the 95% intervals ({bounds(before)}, {bounds(after)}) overlap"
+            + (f" and the {test}" if test else "") + ", so this run shows no measurable change at this sample size.")
 
 
 def describe_nll(values: list[float]) -> str:
@@ -85,6 +99,8 @@ class Facts:
     success: dict[str, Rate] = field(default_factory=dict)
     """Success on the fixed set per completed evaluation, by label (`before SFT`, `after SFT`,
     `after RL`), in the order they ran; infrastructure failures are not in n."""
+    paired: dict[tuple[str, str], PairedChange] = field(default_factory=dict)
+    """Task-by-task comparison of consecutive evaluations, keyed by their two labels."""
     valid_replies: dict[str, Rate] = field(default_factory=dict)
     """Parseable replies per completed evaluation, same labels."""
     nll: list[float] = field(default_factory=list)
@@ -114,7 +130,7 @@ def summary_sentences(facts: Facts) -> list[str]:
     out = [f"Success {label}: {describe_success(rate)}." for label, rate in facts.success.items()]
     labels = list(facts.success)
     for a, b in zip(labels, labels[1:]):
-        out.append(compare("Success", a, facts.success[a], b, facts.success[b]))
+        out.append(compare("Success", a, facts.success[a], b, facts.success[b], facts.paired.get((a, b))))
     replies = list(facts.valid_replies)
     for a, b in zip(replies, replies[1:]):
         out.append(compare("Parseable replies", a, facts.valid_replies[a], b, facts.valid_replies[b]))
@@ -127,7 +143,8 @@ def summary_sentences(facts: Facts) -> list[str]:
                    f"reported apart and not counted as model results.")
     if facts.tasks is not None:
         out.append(f"Each evaluation is one greedy rollout on each of the same {facts.tasks} held-out tasks; "
-                   f"a change smaller than the 95% intervals is not claimed.")
+                   f"a change is claimed only where the 95% intervals separate or the paired exact test "
+                   f"gives p < {PAIRED_ALPHA}.")
     return out
 
 
