@@ -378,3 +378,12 @@ async def test_repetition_stop_cuts_a_served_loop_where_the_in_process_sampler_w
     unchecked = await sampler_for(Server(chat_body(text="x", ids=ids, lps=[-0.1] * len(ids), finish="length")),
                                   tokenizer=tokenizer)(MSGS, SamplingParams(max_tokens=len(ids)))
     assert unchecked.token_ids == ids and unchecked.finish_reason == "length"
+
+
+async def test_repetition_stop_cuts_a_loop_that_a_later_stop_string_ended():
+    # The in-process sampler would have stopped at the loop, before the stop string came.
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer.encode(" 1." * 40 + "</python>", add_special_tokens=False)
+    server = Server(chat_body(text=tokenizer.decode(ids), ids=ids, lps=[-0.1] * len(ids), finish="stop"))
+    out = await sampler_for(server, tokenizer=tokenizer)(MSGS, SamplingParams(stop=("</python>",), repetition_stop=32))
+    assert out.finish_reason == "repetition" and out.token_ids == ids[:loop_cut(ids, 32)]

@@ -191,13 +191,13 @@ class OpenAISampler:
     def _cut_loop(self, completion: Completion, sampling: SamplingParams) -> Completion:
         """`repetition_stop` after the fact: the server has no such stop, so a completion that
         loops is cut where the in-process sampler would have stopped it (same tokens, same finish
-        reason `repetition`). It needs the token ids and a tokenizer for the text; without them
-        the completion stays whole."""
+        reason `repetition`; a stop on the loop's last token stays a stop, as there). It needs the
+        token ids and a tokenizer for the text; without them the completion stays whole."""
         ids = completion.token_ids
-        if not sampling.repetition_stop or not ids or self.tokenizer is None or completion.finish_reason == "stop":
+        if not sampling.repetition_stop or not ids or self.tokenizer is None:
             return completion
         end = loop_cut(ids, sampling.repetition_stop)
-        if end is None:
+        if end is None or (end == len(ids) and completion.finish_reason == "stop"):
             return completion
         logprobs = completion.logprobs[:end] if completion.logprobs is not None else None
         usage = completion.usage.model_copy(update={"completion_tokens": end})

@@ -19,18 +19,20 @@ REPETITION = "repetition"
 """The finish reason of a completion ended by the loop check."""
 
 
-def loops_at_end(token_ids: Sequence[int], span: int, max_period: int = MAX_PERIOD) -> bool:
-    """True when the last `span` tokens repeat one unit of at most `max_period` tokens.
+def loops_at_end(token_ids: Sequence[int], span: int, max_period: int = MAX_PERIOD, end: int | None = None) -> bool:
+    """True when the `span` tokens before `end` (None: the last `span`) repeat one unit of at
+    most `max_period` tokens.
 
     The unit must occur at least twice within the span (`period <= span // 2`), so a span shorter
-    than two tokens never loops. Cost: at most `max_period` comparisons per period tried before
-    the first mismatch, which is almost always the first one.
+    than two tokens never loops. Cost: per period tried, comparisons up to the first mismatch,
+    which is almost always the first one.
     """
-    if span < 2 or len(token_ids) < span:
+    end = len(token_ids) if end is None else end
+    start = end - span
+    if span < 2 or start < 0:
         return False
-    tail = token_ids[len(token_ids) - span:]
     for period in range(1, min(max_period, span // 2) + 1):
-        if all(tail[i] == tail[i - period] for i in range(span - 1, period - 1, -1)):
+        if all(token_ids[i] == token_ids[i - period] for i in range(end - 1, start + period - 1, -1)):
             return True
     return False
 
@@ -38,12 +40,7 @@ def loops_at_end(token_ids: Sequence[int], span: int, max_period: int = MAX_PERI
 def loop_cut(token_ids: Sequence[int], span: int, max_period: int = MAX_PERIOD) -> int | None:
     """Length of the shortest prefix of `token_ids` that ends in a loop of `span` tokens (where
     a sampler checking after every token would have stopped), or None when there is none."""
-    if span < 2:
-        return None
-    for end in range(span, len(token_ids) + 1):
-        if loops_at_end(token_ids[:end], span, max_period):
-            return end
-    return None
+    return next((end for end in range(span, len(token_ids) + 1) if loops_at_end(token_ids, span, max_period, end)), None)
 
 
 __all__ = ["MAX_PERIOD", "REPETITION", "loop_cut", "loops_at_end"]

@@ -35,10 +35,10 @@ PRESETS: tuple[str, ...] = ("paper", "cpu", "tiny")
 REPO_PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "presets"
 """The presets shipped with the repository (`configs/presets/`)."""
 DIFFICULTIES = ("starter", "easy", "medium", "hard", "extreme")
-MIN_REPETITION_STOP = 2 * MAX_PERIOD
-"""The shortest `rollout.repetition_stop` span: the longest unit must repeat at least twice."""
 """Difficulty bands a config may name; `starter` is TextCraft-Synth's CPU curriculum tier
 (`starter-train` / `starter-val`, `sera.envs.textcraft.starter`)."""
+MIN_REPETITION_STOP = 2 * MAX_PERIOD
+"""The shortest `rollout.repetition_stop` span: the longest unit must repeat at least twice."""
 
 
 class ConfigError(ValueError):
