@@ -42,11 +42,11 @@ from sera.pipeline.machine import git_state, machine  # noqa: E402
 from sera.pipeline.phases import eval_work, finished, rl_work, sft_work  # noqa: E402
 from sera.pipeline.record import JobRecord, run_phase  # noqa: E402
 from sera.pipeline.report import rl_summary  # noqa: E402
-from sera.pipeline.stats import Rate  # noqa: E402
-from sera.pipeline.wording import describe_count, describe_nll  # noqa: E402
+from sera.reports.wording import describe_count, describe_nll  # noqa: E402
 from sera.reports.load_train import load_train  # noqa: E402
 from sera.reports.tables import markdown_table  # noqa: E402
 from sera.reports.train_stats import stage_times  # noqa: E402
+from sera.stats import Rate  # noqa: E402
 from sera.train.config import ConfigError, TrainConfig, config_hash, load_config  # noqa: E402
 
 METHODS = ("rao", "sera-no-d", "sera")

@@ -109,7 +109,7 @@ def eval_command(
     from sera.eval.harness import evaluate
     from sera.eval.progress import EvalProgress
     from sera.eval.protocol import ProtocolError, resolve_settings
-    from sera.eval.report import print_slots
+    from sera.reports.console import print_slots
     from sera.eval.runs import evaluate_slots, open_slots, plan_slots, write_runs_summary
     from sera.eval.store import check_out_dir, new_run_dir
     from sera.policy.factory import PolicyRequest, build_policy, fit_sampling
@@ -230,7 +230,7 @@ def _merge(out: Path, sources: list[Path]) -> None:
     """`sera eval --merge`: combine the shards under `out` and `sources` into `out` and print it."""
     from sera.eval.errors import EvalSetupError
     from sera.eval.merge import merge
-    from sera.eval.report import print_runs_summary, print_summary
+    from sera.reports.console import print_runs_summary, print_summary
 
     try:
         result = merge(out, sources)

@@ -15,7 +15,7 @@ from rich.console import Console
 from sera.eval.aggregate import aggregate_runs
 from sera.eval.failures import classify
 from sera.eval.harness import evaluate
-from sera.eval.report import print_runs_summary, print_summary
+from sera.reports.console import print_runs_summary, print_summary
 from sera.eval.summary import summarise
 from sera.judge.client import JsonReply
 from sera.launchers.best_of_n import BestOf, best_of_launcher
@@ -116,7 +116,7 @@ def test_summaries_aggregate_and_console_report_count_infrastructure_and_judge_e
     assert [(s.overall.errors, s.infra_failures, s.judge_errors) for s in summaries] == [(0, 0, 0), (1, 1, 1), (2, 2, 1)]
     runs = aggregate_runs(summaries, ["runs/r0", "runs/r1", "runs/r2"], [0, 1, 2])
     assert [(e.infra_failures, e.judge_errors) for e in runs.runs] == [(0, 0), (1, 1), (2, 1)]
-    assert runs.infra_failures.values == [0.0, 1.0, 2.0] and runs.judge_errors.values == [0.0, 1.0, 1.0]
+    assert runs.infra_failures.values == (0.0, 1.0, 2.0) and runs.judge_errors.values == (0.0, 1.0, 1.0)
 
     def printed(show, value):
         stream = io.StringIO()

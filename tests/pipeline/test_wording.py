@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from sera.pipeline.stats import PairedChange, Rate, wilson_interval
-from sera.pipeline.wording import Facts, compare, describe_nll, describe_success, summary_sentences
+from sera.pipeline.summary import Facts, summary_sentences
+from sera.reports.wording import compare, describe_nll, describe_success
+from sera.stats import PairedChange, Rate, wilson_interval
 
 
 @pytest.mark.parametrize(("k", "n", "low", "high"), [
@@ -132,7 +133,7 @@ def test_rl_is_described_by_its_status() -> None:
 
 
 def test_the_pre_flight_says_when_rl_will_see_no_variance_and_how_large_k_would_have_to_be() -> None:
-    from sera.pipeline.wording import Facts, signal_sentences, variance_chance
+    from sera.pipeline.summary import Facts, signal_sentences, variance_chance
 
     none = Facts(success={"before SFT": Rate.of(0, 32), "after SFT": Rate.of(0, 32)}, trees_per_task=4)
     (line,) = signal_sentences(none)

@@ -20,13 +20,12 @@ from sera.counters import Counter as UsageCounter
 from sera.counters import sum_counters
 from sera.eval.best_of import BestOfReport, best_of_report
 from sera.eval.failures import JUDGE_KINDS, Failure
+from sera.stats import band_key
 from sera.text_safety import clean_text
 from sera.types import Record, RolloutTree, Task
 
 SampleKey = tuple[str, int]
 """(task id, sample index): one rollout of an evaluation."""
-
-DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
 
 
 class GroupResult(Record):
@@ -158,7 +157,7 @@ def summarise(
         errors = sum(1 for key in rollouts if key in errors_of)
         return GroupResult(tasks=len(rollouts), successes=ok, errors=errors, success_rate=ok / len(rollouts) if rollouts else 0.0)
 
-    bands = sorted({t.difficulty or "none" for t in tasks}, key=_band_key)
+    bands = sorted({t.difficulty or "none" for t in tasks}, key=band_key)
     families = list(dict.fromkeys(_family(t) for t in tasks if _family(t) is not None))
     done = [trees[key] for key in keys if key in trees]
     failed = [
@@ -207,10 +206,6 @@ def _tree_stats(trees: list[RolloutTree]) -> TreeStats:
         agents_by_depth=dict(sorted(agents.items())),
         mean_policy_calls=mean(sum(len(n.steps) for n in nodes.values()) for nodes in live),
     )
-
-
-def _band_key(band: str) -> tuple[int, str]:
-    return (DIFFICULTY_ORDER.index(band) if band in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER), band)
 
 
 def _family(task: Task) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sera.eval.failures import classify
-from sera.pipeline.stats import Rate
+from sera.stats import Rate
 from sera.reports.load_eval import load_eval
 from sera.train.step_metrics import cost_metrics, rubric_metrics, shape_metrics
 from sera.types import RolloutTree

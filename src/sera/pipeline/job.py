@@ -31,8 +31,8 @@ from sera.pipeline.phases import (
     DEPENDS_ON, EVAL_PHASES, LABELS, PHASES, dependents, eval_work, output_present, rl_work, sft_work,
 )
 from sera.pipeline.record import JobRecord, PhaseRecord, now_iso, run_phase
-from sera.pipeline.stats import Rate
-from sera.pipeline.wording import describe_success
+from sera.reports.wording import describe_success
+from sera.stats import Rate
 from sera.train.config import ConfigError, TrainConfig, config_diff, config_hash, dump_config, load_config
 
 PIPELINE_FILE = "pipeline.json"

@@ -3,8 +3,9 @@
 Sources: `pipeline.json` (phases, invocations: command, config hash, git commit, machine,
 budget), `config.yaml`, each evaluation folder (`summary.json` and trees, `sera.pipeline.evalstats`),
 `sft/metrics.jsonl` and `sft/demos/`, `rl/metrics.jsonl` and `rl/init_from.json` (read with
-`sera report`'s loader, `sera.reports.load_train`). The summary sentences come from
-`sera.pipeline.wording`, which compares evaluations only through their Wilson intervals.
+`sera report`'s loader, `sera.reports.load_train`). The statistics come from `sera.stats`, the
+tables and plot from `sera.reports.tables` / `sera.reports.plots`, and the summary sentences from
+`sera.pipeline.summary`, worded by the one rule in `sera.reports.wording`.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from sera.eval.store import write_atomically
 from sera.pipeline.evalset import eval_split
 from sera.pipeline.evalstats import EvalReadError, EvalStats, eval_stats
 from sera.pipeline.phases import EVAL_PHASES, LABELS, PHASES, output_present
-from sera.pipeline.plot import curve_plot
 from sera.pipeline.record import JobRecord
-from sera.pipeline.stats import PairedChange, Rate
-from sera.pipeline.wording import Facts, describe_count, bounds, summary_sentences
+from sera.pipeline.summary import Facts, summary_sentences
 from sera.reports.load_train import load_train
-from sera.reports.tables import markdown_table, num, table7_train
+from sera.reports.plots import curve_plot
+from sera.reports.tables import count, fixed, markdown_table, num, share, share_value, table7_train
 from sera.reports.train_stats import curve, stage_times
+from sera.reports.wording import bounds
+from sera.stats import PairedChange, Rate
 from sera.train.config import TrainConfig, load_config
 from sera.types import RolloutTree
 
@@ -225,14 +227,6 @@ def expert_version(name: str | None) -> str:
 # -- Markdown ----------------------------------------------------------------------------------------
 
 
-def _pct(rate: Rate | None) -> str:
-    return "—" if rate is None or rate.n == 0 else describe_count(rate)
-
-
-def _f(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
 def render(data: ReportData) -> str:
     """The Markdown page."""
     c = data.config
@@ -285,7 +279,7 @@ def render(data: ReportData) -> str:
         lines.append(markdown_table(
             ["evaluation", "solved", "share", "Wilson 95% CI", "vs the previous, same tasks (paired exact test)",
              "infrastructure failures (not counted)", "other errors (counted as failures)"],
-            [[f"{n} ({LABELS[n]})", f"{e.success.k}/{e.success.n}", _share(e.success), bounds(e.success) if e.success.n else "—",
+            [[f"{n} ({LABELS[n]})", f"{e.success.k}/{e.success.n}", share(e.success), bounds(e.success) if e.success.n else "—",
               _paired(data.evaluations[names[i - 1]], e) if i else "—", str(e.infra_failures), str(e.errors)]
              for i, (n, e) in enumerate(data.evaluations.items())]))
         lines += ["", "## Behaviour in the evaluations", "",
@@ -293,7 +287,7 @@ def render(data: ReportData) -> str:
                   "children a frozen rubric was written for (— when none was).", ""]
         lines.append(markdown_table(
             ["evaluation", "parseable replies", "tool errors", "agents per tree", "trees delegating", "valid rubrics"],
-            [[n, _pct(e.replies), _pct(e.tool_errors), _f(e.agents_per_tree, 2), _pct(e.delegation), _pct(e.rubrics)]
+            [[n, count(e.replies), count(e.tool_errors), fixed(e.agents_per_tree, 2), count(e.delegation), count(e.rubrics)]
              for n, e in data.evaluations.items()]))
     else:
         lines.append("No evaluation has output yet.")
@@ -303,7 +297,7 @@ def render(data: ReportData) -> str:
                   f"held-out {_counts(s.demos['val'])}. Held-out NLL is teacher-forced on the held-out tasks' "
                   f"expert demonstrations (nats per trained token).", ""]
         lines.append(markdown_table(["epoch", "train loss", "held-out NLL", "held-out tokens"], [
-            [str(e["epoch"]), _f(e["train_loss"], 4), _f(e["heldout_nll"], 4), str(e["heldout_tokens"])] for e in s.epochs]))
+            [str(e["epoch"]), fixed(e["train_loss"], 4), fixed(e["heldout_nll"], 4), str(e["heldout_tokens"])] for e in s.epochs]))
     if data.rl is not None:
         r = data.rl
         lines += ["", "## RL steps", "", f"From {r.init_from or 'the base model'}; {r.updates} updates in {r.steps} steps. "
@@ -312,8 +306,8 @@ def render(data: ReportData) -> str:
         lines.append(markdown_table(
             ["step", "stage", "update", "loss", "grad norm", "ratio mean", "ratio max", "outside [0.9, 1.1]", "success"],
             [[str(w["step"]), str(w["stage"]), "trained" if w["trained"] else f"skipped: {w['skip_reason']}",
-              _f(w["loss"], 4), _f(w["grad_norm"], 3), _f(w["ratio_mean"], 4), _f(w["ratio_max"], 3),
-              _share_value(w["ratio_outside"]), f"{w['success'].k}/{w['success'].n}"] for w in r.rows]))
+              fixed(w["loss"], 4), fixed(w["grad_norm"], 3), fixed(w["ratio_mean"], 4), fixed(w["ratio_max"], 3),
+              share_value(w["ratio_outside"]), f"{w['success'].k}/{w['success'].n}"] for w in r.rows]))
         if r.stage_table:
             lines += ["", "Wall seconds per RL stage:", "", r.stage_table]
     lines += ["", "## Supervision spent", "", "Trees verified: root outcomes the programmatic verifier checked (the "
@@ -322,14 +316,6 @@ def render(data: ReportData) -> str:
     lines.append(markdown_table(["phase", "trees verified", "verifier label calls", "judge calls"], _supervision(data)))
     lines += ["", "## Learning curve", "", "![training success per RL step and the fixed-set evaluations](curve.png)", ""]
     return "\n".join(lines)
-
-
-def _share(rate: Rate) -> str:
-    return "—" if rate.n == 0 else f"{100 * rate.k / rate.n:.0f}%"
-
-
-def _share_value(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -13,51 +13,25 @@ Rules (docs/report.md):
   folder (`shard.json`) form a shard set: one whose model or other settings differ from the
   rest of its set is left out, named, rather than becoming a partial row of its own.
 - **Overall** is the pooled rate (successes / rollouts, all bands). The **headline** is each
-  environment's rule (sera-spec §8.2, the same as `sera eval --runs`): TextCraft-Synth is
-  task-weighted with the validation set's band sizes 147/213/136/136 (on the full set exactly
-  the pooled rate; on a subset the bands present are reweighted to the full set's mix);
-  TextWorld-Sync is the four-band macro average. A band outside the rule makes it the pooled rate.
+  environment's rule (`sera.stats.HEADLINE_WEIGHTS`, the same as `sera eval --runs`):
+  TextCraft-Synth task-weighted, TextWorld-Sync the four-band macro average. A band outside the
+  rule makes it the pooled rate.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sera.eval.aggregate import HEADLINE_WEIGHTS as HEADLINE
-from sera.eval.summary import DIFFICULTY_ORDER, GroupResult
+from sera.eval.summary import GroupResult
 from sera.reports.records import EvalRun, Problem
+from sera.stats import HEADLINE_WEIGHTS, Stat, band_key, headline_weights, weighted_rate
 
-# HEADLINE: environment -> (rule name, band weights), the one rule `sera eval --runs` also uses.
 LABEL_KEYS = frozenset({"policy", "model", "best_of"})
 """Settings already in a row's label (policy description, best-of N)."""
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Mean ± sample standard deviation of one quantity over the repeats of a row."""
-
-    mean: float | None
-    """Mean over runs; None with no value."""
-    std: float | None
-    """Sample standard deviation (n − 1); None with fewer than two values."""
-    n: int
-    """Number of runs."""
-    values: tuple[float, ...]
-    """The per-run values, in seed order."""
-
-    @classmethod
-    def of(cls, values: list[float]) -> Stat:
-        """The statistic of `values`."""
-        return cls(
-            mean=statistics.fmean(values) if values else None,
-            std=statistics.stdev(values) if len(values) > 1 else None,
-            n=len(values), values=tuple(values),
-        )
 
 
 @dataclass(frozen=True)
@@ -109,7 +83,7 @@ class Row:
     overall: Stat
     """Task-weighted success rate."""
     headline: Stat | None
-    """The environment's headline rate (`HEADLINE`); None for an environment without a rule."""
+    """The environment's headline rate (`sera.stats.HEADLINE_WEIGHTS`); None for an environment without a rule."""
     headline_rule: str | None
     """Its rule: `task-weighted`, `four-band macro average`, or `pooled` when a band falls outside the rule."""
     headline_bands: tuple[str, ...]
@@ -169,7 +143,7 @@ def build_tables(runs: list[EvalRun]) -> tuple[list[EvalTable], list[Problem]]:
     tables = []
     for (env, source), rows in rows_by_table.items():
         rows = _label(rows)
-        bands = sorted({b for r in rows for b in r.bands}, key=_band_key)
+        bands = sorted({b for r in rows for b in r.bands}, key=band_key)
         families = list(dict.fromkeys(f for r in rows for f in r.families))
         tables.append(EvalTable(env=env, source=source, bands=tuple(bands), families=tuple(families),
                                 rows=tuple(rows), notes=tuple(notes[(env, source)])))
@@ -233,7 +207,7 @@ def _by_seed(members: list[EvalRun], problems: list[Problem]) -> list[SeedResult
 
 def _merge(seed: int | None, runs: list[EvalRun]) -> SeedResult:
     summaries = [r.summary for r in runs]
-    bands = sorted({b for s in summaries for b in s.by_difficulty}, key=_band_key)
+    bands = sorted({b for s in summaries for b in s.by_difficulty}, key=band_key)
     families = list(dict.fromkeys(f for s in summaries for f in s.by_family))
     counters: dict[str, int] = defaultdict(int)
     for s in summaries:
@@ -260,11 +234,12 @@ def _sum(groups: list[GroupResult]) -> GroupResult:
 
 
 def _row(env: str, first: EvalRun, results: list[SeedResult], tag: bool) -> Row:
-    bands = sorted({b for r in results for b in r.bands}, key=_band_key)
+    bands = sorted({b for r in results for b in r.bands}, key=band_key)
     families = list(dict.fromkeys(f for r in results for f in r.families))
-    rule, weights = HEADLINE.get(env, (None, {}))
-    if rule is not None and any(b not in weights for b in bands):
-        rule, weights = "pooled", {}
+    rule = HEADLINE_WEIGHTS[env][0] if env in HEADLINE_WEIGHTS else None
+    weights = headline_weights(env, bands) if rule is not None else None
+    if rule is not None and weights is None:
+        rule = "pooled"
     names = sorted({n for r in results for n in r.counters})
     tasks = results[0].overall.tasks
     return Row(
@@ -283,12 +258,11 @@ def _row(env: str, first: EvalRun, results: list[SeedResult], tag: bool) -> Row:
     )
 
 
-def _headline(result: SeedResult, weights: dict[str, int]) -> float:
-    """Σ w_b · rate_b / Σ w_b over the run's bands; the pooled rate without weights."""
+def _headline(result: SeedResult, weights: dict[str, int] | None) -> float:
+    """The weighted rate over the run's bands (`sera.stats.weighted_rate`); pooled without weights."""
     if not weights:
         return result.overall.success_rate
-    total = sum(weights[b] for b in result.bands)
-    return sum(weights[b] * g.success_rate for b, g in result.bands.items()) / total
+    return weighted_rate({b: g.success_rate for b, g in result.bands.items()}, weights)
 
 
 def _label(rows: list[Row]) -> list[Row]:
@@ -311,6 +285,3 @@ def _text(value: Any) -> str:
         return json.dumps(list(value))
     return "null" if value is None else str(value)
 
-
-def _band_key(band: str) -> tuple[int, str]:
-    return (DIFFICULTY_ORDER.index(band) if band in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER), band)

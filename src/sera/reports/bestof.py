@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sera.reports.aggregate import EvalTable, Row, Stat
+from sera.reports.aggregate import EvalTable, Row
+from sera.stats import Stat
 
 COMPUTE: dict[str, tuple[str, ...]] = {
     "model calls": ("policy_calls", "rubric_calls", "score_calls"),
@@ -41,7 +42,7 @@ class BestOfComparison:
     baseline_success: Stat | None
     """The same for the N = 1 row."""
     headline: Stat | None
-    """The environment's headline rate of the best-of row (`aggregate.HEADLINE`), if it has one."""
+    """The environment's headline rate of the best-of row (`sera.stats.HEADLINE_WEIGHTS`), if it has one."""
     baseline_headline: Stat | None
     """The same for the N = 1 row."""
     differs: tuple[str, ...]

@@ -1,9 +1,11 @@
-"""PNG plots of the report (matplotlib, Agg backend: no display needed).
+"""Every PNG the reports draw (matplotlib, Agg backend: no display needed).
 
-- `success_plot`: success by difficulty (and overall, headline) of one table, one bar per method,
-  error bars the std over seeds.
-- `curves_plot`: learning curves of the training runs of one environment: root success and loss
-  per step, one line per run; skipped steps (no update) are marked with crosses.
+- `success_plot` (`sera report`): success by difficulty (and overall, headline) of one table, one
+  bar per method, error bars the std over seeds.
+- `curves_plot` (`sera report`): learning curves of the training runs of one environment: root
+  success and loss per step, one line per run; skipped steps (no update) are marked with crosses.
+- `curve_plot` (the pipeline's `curve.png`): RL's per-step training success, with the fixed-set
+  evaluations as points with their Wilson 95% intervals.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ matplotlib.use("Agg")  # before pyplot: headless, deterministic, no window
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from sera.reports.aggregate import EvalTable, Stat  # noqa: E402
+from sera.reports.aggregate import EvalTable  # noqa: E402
 from sera.reports.train_stats import Curve  # noqa: E402
+from sera.stats import Rate, Stat  # noqa: E402
 
 
 def success_plot(table: EvalTable, path: Path) -> Path:
@@ -62,6 +65,50 @@ def curves_plot(curves: list[Curve], path: Path) -> Path:
     top.legend(fontsize="small")
     bottom.set_ylabel("loss")
     bottom.set_xlabel("step")
+    return _save(fig, path)
+
+
+def eval_positions(labels: list[str], steps: tuple[int, ...]) -> dict[str, float]:
+    """Where each evaluation sits on the step axis: those before RL to the left of step 0, the
+    one after RL right of the last step."""
+    last = max(steps) + 1 if steps else 0
+    before = [label for label in labels if label != "after RL"]
+    positions = {label: float(i - len(before)) for i, label in enumerate(before)}
+    if "after RL" in labels:
+        positions["after RL"] = float(last)
+    return positions
+
+
+def curve_plot(curve: Curve | None, evals: dict[str, Rate], path: Path, *, temperature: float) -> Path:
+    """Training success per RL step at sampling `temperature` (× = a skipped step, no update) and
+    the evaluations, each a point with its interval, labelled on the x axis; returns `path`."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    steps = curve.steps if curve is not None else ()
+    if curve is not None and steps:
+        ys = [float("nan") if v is None else 100 * v for v in curve.success]
+        (line,) = ax.plot(steps, ys, marker=".", label=f"RL step: training trees solved (temperature {temperature:g})")
+        skipped = [(s, y) for s, y, t in zip(steps, ys, curve.trained) if not t]
+        if skipped:
+            ax.scatter([s for s, _ in skipped], [y for _, y in skipped], marker="x", s=40, color=line.get_color(),
+                       zorder=3, label="skipped step (no update)")
+    positions = eval_positions(list(evals), steps)
+    shown = False
+    for label, rate in evals.items():
+        if rate.n == 0 or rate.low is None or rate.high is None:
+            continue
+        share = 100 * rate.k / rate.n
+        ax.errorbar([positions[label]], [share], yerr=[[share - 100 * rate.low], [100 * rate.high - share]],
+                    fmt="o", capsize=4, color="black", label=None if shown else "fixed-set evaluation (greedy), Wilson 95%")
+        shown = True
+    ticks = {float(s): str(s) for s in steps}
+    ticks.update({positions[label]: f"{label}\n{rate.k}/{rate.n}" for label, rate in evals.items()})
+    ax.set_xticks(list(ticks), list(ticks.values()), fontsize="small")
+    ax.set_ylim(-5, 105)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success (%)")
+    ax.set_title("training success per RL step and the fixed-set evaluations", fontsize="medium")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, frameon=False)
     return _save(fig, path)
 
 

@@ -1,14 +1,29 @@
-"""The report's tables as Markdown: Table 1 (success by difficulty), Table 2 (external
-supervision), Table 4 (best-of-N), Table 7 (wall clock), and the list of problems.
+"""Every table the reports show, and how their cells are written: one module for `sera report`,
+the pipeline report and the `sera eval` console summaries.
+
+- Markdown (`markdown_table`): `sera report`'s Table 1 (success by difficulty), Table 2
+  (external supervision), Table 4 (best-of-N), Table 7 (wall clock) and the list of problems;
+  the pipeline report's tables are built with the same function and cell writers.
+- Terminal (`group_table`, `stat_table`, rich): a `sera eval` summary's success per difficulty
+  or family, and mean ± std over the runs of `--runs`.
 
 Rates are percentages, `mean ± std` over the runs of a row (just the mean for one run)."""
 
 from __future__ import annotations
 
-from sera.reports.aggregate import HEADLINE, EvalTable, Stat
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+
 from sera.reports.bestof import COMPUTE, BestOfComparison
 from sera.reports.records import Problem, TrainRun
 from sera.reports.train_stats import StageTime
+from sera.reports.wording import describe_count
+from sera.stats import HEADLINE_WEIGHTS, Rate, Stat
+
+if TYPE_CHECKING:
+    from sera.eval.summary import GroupResult
+    from sera.reports.aggregate import EvalTable
 
 SUPERVISION = ("verifier_calls", "judge_calls", "judge_prompt_tokens", "judge_completion_tokens")
 """External supervision counters (sera-spec §9): programmatic verifier labels, judge calls and tokens."""
@@ -24,6 +39,26 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
         return "| " + " | ".join(v.replace("|", "\\|").replace("\n", " ") for v in values) + " |"
 
     return "\n".join([cells(headers), "|" + "|".join("---" for _ in headers) + "|", *(cells(r) for r in rows)])
+
+
+def fixed(value: float | None, digits: int = 3) -> str:
+    """A number with `digits` decimals; `—` when absent."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def share(rate: Rate) -> str:
+    """A rate as a whole percentage (`19%`); `—` when nothing was counted."""
+    return "—" if rate.n == 0 else f"{100 * rate.k / rate.n:.0f}%"
+
+
+def share_value(value: float | None) -> str:
+    """A share in [0, 1] as a percentage with one decimal (`12.5%`); `—` when absent."""
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def count(rate: Rate | None) -> str:
+    """A rate with its interval (`3/16 (19%; 95% CI 7–43%)`); `—` when absent or nothing was counted."""
+    return "—" if rate is None or rate.n == 0 else describe_count(rate)
 
 
 def pct(stat: Stat | None) -> str:
@@ -57,7 +92,7 @@ def table1(table: EvalTable) -> str:
         cells = [r.label, f"{len(r.runs)} ({', '.join(str(s.seed) for s in r.runs)})", str(r.tasks),
                  *(pct(r.bands.get(b)) for b in table.bands), pct(r.overall)]
         if rules:
-            partial = r.headline_rule in {rule for rule, _ in HEADLINE.values()} and len(r.headline_bands) < 4
+            partial = r.headline_rule in {rule for rule, _ in HEADLINE_WEIGHTS.values()} and len(r.headline_bands) < 4
             cells.append(pct(r.headline) + (f" ({len(r.headline_bands)}/4 bands)" if partial else ""))
         cells.append(f"{stat_num(r.errors)} ({stat_num(r.infra_failures)}, {stat_num(r.judge_errors)})")
         rows.append(cells)
@@ -125,3 +160,28 @@ def table7_eval(tables: list[EvalTable]) -> str:
 def problems_list(problems: list[Problem]) -> str:
     """The problems as a bullet list."""
     return "\n".join(f"- `{p.path}`: {p.message}" for p in problems)
+
+
+# -- Terminal (rich) ---------------------------------------------------------------------------------
+
+
+def group_table(title: str, key: str, rows: list[tuple[str, GroupResult]]) -> Table:
+    """One evaluation's success counts per group (difficulty or family), as `sera eval` prints it."""
+    table = Table(title=title)
+    for column in (key, "tasks", "success", "rate", "errors"):
+        table.add_column(column, justify="left" if column == key else "right")
+    for name, group in rows:
+        table.add_row(name, str(group.tasks), str(group.successes), f"{100 * group.success_rate:.2f}%", str(group.errors))
+    return table
+
+
+def stat_table(title: str, key: str, rows: list[tuple[str, Stat]], n_runs: int) -> Table:
+    """Mean ± std of each group's success over the runs of `sera eval --runs`, and each run's rate."""
+    table = Table(title=title)
+    columns = (key, "tasks", "mean", "std", *(f"r{i}" for i in range(n_runs)))
+    for column in columns:
+        table.add_column(column, justify="left" if column == key else "right")
+    for name, stat in rows:
+        table.add_row(name, str(stat.tasks), "—" if stat.mean is None else f"{100 * stat.mean:.2f}%",
+                      "—" if stat.std is None else f"{100 * stat.std:.2f}", *(f"{100 * v:.2f}%" for v in stat.values))
+    return table

@@ -25,6 +25,7 @@ from sera.reports.load_eval import load_eval
 from sera.reports.load_train import load_train
 from sera.reports.records import EvalRun, Problem, TrainRun
 from sera.reports.train_stats import curve, stage_times, train_labels
+from sera.stats import Stat
 
 REPORT_VERSION = 1
 """Version of `report.json`'s layout."""
@@ -168,6 +169,8 @@ def _name(text: str, taken: set[str]) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, Stat):
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, BaseModel):

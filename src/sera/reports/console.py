@@ -1,19 +1,21 @@
-"""A readable table of an evaluation summary."""
+"""What `sera eval` prints: a summary's tables (`sera.reports.tables`), trees, timing and errors;
+for `--runs`, mean ± std over the runs. Here rather than in `sera.eval` so that the evaluation
+harness does not import the reporting layer (which reads the harness's records)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from sera.eval.best_of import describe as describe_best_of
-from sera.eval.summary import EvalSummary, GroupResult
+from sera.eval.summary import EvalSummary
+from sera.reports.tables import group_table, stat_table
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sera.eval.aggregate import RunsSummary, Stat
+    from sera.eval.aggregate import RunsSummary
     from sera.eval.runs import RunSlot
 
 
@@ -24,9 +26,9 @@ def print_summary(summary: EvalSummary, console: Console | None = None) -> None:
     if not summary.complete:
         console.print(f"partial: {summary.finished_rollouts} of {summary.planned_rollouts} rollouts finished; "
                       "rerun the same command to finish the run", markup=False, highlight=False)
-    console.print(_table(title, "difficulty", list(summary.by_difficulty.items()) + [("overall", summary.overall)]))
+    console.print(group_table(title, "difficulty", list(summary.by_difficulty.items()) + [("overall", summary.overall)]))
     if summary.by_family:
-        console.print(_table(f"{title} by family", "family", list(summary.by_family.items())))
+        console.print(group_table(f"{title} by family", "family", list(summary.by_family.items())))
     t = summary.trees
     console.print(
         f"trees: mean {t.mean_nodes:.2f} agents (max {t.max_nodes}), depth distribution {t.depth_distribution}, "
@@ -67,25 +69,16 @@ def print_errors(summary: EvalSummary, console: Console, shown: int = 5) -> None
         console.print(f"  ... {len(summary.failed) - shown} more in summary.json")
 
 
-def _table(title: str, key: str, rows: list[tuple[str, GroupResult]]) -> Table:
-    table = Table(title=title)
-    for column in (key, "tasks", "success", "rate", "errors"):
-        table.add_column(column, justify="left" if column == key else "right")
-    for name, group in rows:
-        table.add_row(name, str(group.tasks), str(group.successes), f"{100 * group.success_rate:.2f}%", str(group.errors))
-    return table
-
-
 def print_runs_summary(runs: RunsSummary, console: Console | None = None) -> None:
     """Mean ± std over the runs of a `--runs` evaluation: the headline, per difficulty and
     overall, per family; then one line per run."""
     console = console or Console()
     title = f"{runs.env} / {runs.split} / {runs.policy} / {len(runs.runs)} runs"
     rows = [*runs.by_difficulty.items(), ("overall (pooled)", runs.overall), ("headline", runs.headline)]
-    console.print(_stat_table(title, "difficulty", rows, len(runs.runs)))
+    console.print(stat_table(title, "difficulty", rows, len(runs.runs)))
     console.print(f"headline: {runs.headline_rule}", markup=False, highlight=False)
     if runs.by_family:
-        console.print(_stat_table(f"{title} by family", "family", list(runs.by_family.items()), len(runs.runs)))
+        console.print(stat_table(f"{title} by family", "family", list(runs.by_family.items()), len(runs.runs)))
     for entry in runs.runs:
         console.print(
             f"  {entry.dir}: seed {entry.seed}, headline {100 * entry.headline:.2f}%, pooled {100 * entry.overall:.2f}%, "
@@ -93,19 +86,9 @@ def print_runs_summary(runs: RunsSummary, console: Console | None = None) -> Non
             markup=False, highlight=False,
         )
     counts = [("errors", runs.errors), ("infrastructure", runs.infra_failures), ("judge", runs.judge_errors)]
-    console.print("per run: " + ", ".join(f"{name} {stat.mean:.1f} ± {stat.std:.1f}" for name, stat in counts if stat is not None),
+    console.print("per run: " + ", ".join(f"{name} {stat.mean:.1f}" + (f" ± {stat.std:.1f}" if stat.std is not None else "")
+                                      for name, stat in counts if stat is not None and stat.mean is not None),
                   markup=False, highlight=False)
-
-
-def _stat_table(title: str, key: str, rows: list[tuple[str, Stat]], n_runs: int) -> Table:
-    table = Table(title=title)
-    columns = (key, "tasks", "mean", "std", *(f"r{i}" for i in range(n_runs)))
-    for column in columns:
-        table.add_column(column, justify="left" if column == key else "right")
-    for name, stat in rows:
-        table.add_row(name, str(stat.tasks), f"{100 * stat.mean:.2f}%", f"{100 * stat.std:.2f}",
-                      *(f"{100 * v:.2f}%" for v in stat.values))
-    return table
 
 
 def print_slots(out_dir: Path, slots: list[RunSlot], summaries: list[EvalSummary], runs: RunsSummary | None,

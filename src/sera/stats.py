@@ -1,15 +1,35 @@
-"""Counts with Wilson score intervals: what a success rate on n tasks can and cannot tell.
+"""The statistics every report shows, computed in one place: `sera report`, the pipeline report
+and `sera eval` summaries all read them from here.
 
-The Wilson interval (Wilson 1927) keeps its coverage near the nominal level for small n and for
-rates at 0 or 1, where the normal approximation collapses to a zero-width interval: 0/4 solved is
-"0-49% at 95%", not "0%". The report compares two evaluations only through these intervals
-(`sera.pipeline.wording`).
+- `Rate`: k of n with its Wilson score interval. The Wilson interval (Wilson 1927) keeps its
+  coverage near the nominal level for small n and for rates at 0 or 1, where the normal
+  approximation collapses to a zero-width interval: 0/4 solved is "0-49% at 95%", not "0%".
+- `PairedChange`: two evaluations of the same tasks, the exact (McNemar) sign test.
+- `Stat`: mean ± sample std of one quantity over repeated runs (seeds).
+- The headline rule per environment (`HEADLINE_WEIGHTS`, `headline_weights`, `weighted_rate`)
+  and the order of difficulty bands (`DIFFICULTY_ORDER`, `band_key`).
+
+How a comparison is put in words is `sera.reports.wording`'s job, not this module's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, fields
+from typing import Any
+
+DIFFICULTY_ORDER = ("easy", "medium", "hard", "extreme")
+"""Difficulty bands, easiest first; tables list bands in this order, unknown ones after, by name."""
+
+HEADLINE_WEIGHTS: dict[str, tuple[str, dict[str, int]]] = {
+    "textcraft-synth": ("task-weighted", {"easy": 147, "medium": 213, "hard": 136, "extreme": 136}),
+    "textworld-sync": ("four-band macro average", {band: 1 for band in DIFFICULTY_ORDER}),
+}
+"""Environment -> (name of the rule, weight of each difficulty band in the headline), sera-spec
+§8.2: TextCraft-Synth weights its bands by the 632 validation tasks' mix (147/213/136/136, so on
+the full set the headline is exactly successes / tasks); TextWorld-Sync is the plain mean of its
+four bands (350 test tasks each)."""
 
 Z95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95% interval."""
@@ -108,3 +128,57 @@ class PairedChange:
     def to_json(self) -> dict[str, float | int]:
         """`{gained, lost, paired, p_value}`."""
         return {"gained": self.gained, "lost": self.lost, "paired": self.paired, "p_value": self.p_value}
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean ± sample standard deviation of one quantity over repeated runs (seeds)."""
+
+    mean: float | None
+    """Mean over runs; None with no value."""
+    std: float | None
+    """Sample standard deviation (n − 1); None with fewer than two values (one run has no spread
+    to show, and 0 would claim it was measured)."""
+    n: int
+    """Number of runs."""
+    values: tuple[float, ...]
+    """The per-run values, in run (seed) order."""
+    tasks: int | None = None
+    """Rollouts behind each run's rate (the largest, if runs differ), where the quantity is a rate
+    over rollouts and the caller records it (`sera eval --runs`); None otherwise."""
+
+    @classmethod
+    def of(cls, values: list[float], tasks: int | None = None) -> Stat:
+        """The statistic of `values`."""
+        return cls(
+            mean=statistics.fmean(values) if values else None,
+            std=statistics.stdev(values) if len(values) > 1 else None,
+            n=len(values), values=tuple(values), tasks=tasks,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON values; `tasks` only where recorded."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.tasks is None:
+            del out["tasks"]
+        out["values"] = list(self.values)
+        return out
+
+
+def headline_weights(env: str, bands: list[str]) -> dict[str, int] | None:
+    """The band weights of `env`'s headline over `bands` (in that order); None when the
+    environment has no rule or a band falls outside it: the headline is then the pooled rate."""
+    _, weights = HEADLINE_WEIGHTS.get(env, ("pooled", {}))
+    if not bands or any(band not in weights for band in bands):
+        return None
+    return {band: weights[band] for band in bands}
+
+
+def weighted_rate(rates: dict[str, float], weights: dict[str, int]) -> float:
+    """Σ w_b · rate_b / Σ w_b over the bands of `rates` (each must have a weight)."""
+    return sum(weights[b] * r for b, r in rates.items()) / sum(weights[b] for b in rates)
+
+
+def band_key(band: str) -> tuple[int, str]:
+    """Sort key of a difficulty band: `DIFFICULTY_ORDER` first, other names after, alphabetically."""
+    return (DIFFICULTY_ORDER.index(band) if band in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER), band)
