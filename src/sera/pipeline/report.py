@@ -26,7 +26,7 @@ from sera.pipeline.record import JobRecord
 from sera.pipeline.summary import Facts, summary_sentences
 from sera.reports.load_train import load_train
 from sera.reports.plots import curve_plot
-from sera.reports.tables import count, fixed, markdown_table, num, share, share_value, table7_train
+from sera.reports.tables import count, fixed, markdown_table, num, paired, share, share_value, table7_train
 from sera.reports.train_stats import curve, stage_times
 from sera.reports.wording import bounds
 from sera.stats import PairedChange, Rate
@@ -99,11 +99,6 @@ class ReportData:
     """The generated sentences."""
     problems: list[str] = field(default_factory=list)
     """Outputs that could not be read, one line each."""
-
-
-def _paired(before: EvalStats, after: EvalStats) -> str:
-    change = PairedChange.of(before.outcomes, after.outcomes)
-    return f"+{change.gained} / −{change.lost} of {change.paired}, p = {change.p_value:.3g}"
 
 
 def _number(value: Any) -> float | None:
@@ -280,7 +275,7 @@ def render(data: ReportData) -> str:
             ["evaluation", "solved", "share", "Wilson 95% CI", "vs the previous, same tasks (paired exact test)",
              "infrastructure failures (not counted)", "other errors (counted as failures)"],
             [[f"{n} ({LABELS[n]})", f"{e.success.k}/{e.success.n}", share(e.success), bounds(e.success) if e.success.n else "—",
-              _paired(data.evaluations[names[i - 1]], e) if i else "—", str(e.infra_failures), str(e.errors)]
+              paired(PairedChange.of(data.evaluations[names[i - 1]].outcomes, e.outcomes)) if i else "—", str(e.infra_failures), str(e.errors)]
              for i, (n, e) in enumerate(data.evaluations.items())]))
         lines += ["", "## Behaviour in the evaluations", "",
                   "Shares are k/n with Wilson 95% intervals. Tool errors are over parsed replies; rubric validity is over "

@@ -19,7 +19,7 @@ from sera.reports.bestof import COMPUTE, BestOfComparison
 from sera.reports.records import Problem, TrainRun
 from sera.reports.train_stats import StageTime
 from sera.reports.wording import describe_count
-from sera.stats import HEADLINE_WEIGHTS, Rate, Stat
+from sera.stats import HEADLINE_WEIGHTS, PairedChange, Rate, Stat
 
 if TYPE_CHECKING:
     from sera.eval.summary import GroupResult
@@ -59,6 +59,11 @@ def share_value(value: float | None) -> str:
 def count(rate: Rate | None) -> str:
     """A rate with its interval (`3/16 (19%; 95% CI 7–43%)`); `—` when absent or nothing was counted."""
     return "—" if rate is None or rate.n == 0 else describe_count(rate)
+
+
+def paired(change: PairedChange) -> str:
+    """A paired exact test as `+8 / −0 of 32, p = 0.00781`."""
+    return f"+{change.gained} / −{change.lost} of {change.paired}, p = {change.p_value:.3g}"
 
 
 def pct(stat: Stat | None) -> str:
