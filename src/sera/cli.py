@@ -442,6 +442,7 @@ def train_command(
     """
     from sera.train.config import ConfigError, describe, load_config
     from sera.checkpoints.store import CheckpointError, CheckpointWriteError
+    from sera.serving.errors import ServingError
     from sera.train.loop import CONFIG_FILE, TrainError, run_train
     from sera.train.sft import InitFromError
 
@@ -482,7 +483,7 @@ def train_command(
     except CheckpointError as exc:
         _fail(str(exc))
         raise
-    except (TrainError, CheckpointWriteError) as exc:
+    except (TrainError, ServingError, CheckpointWriteError) as exc:  # ServingError: the sampler's (InfraFailure)
         _fail(str(exc))
         raise
     Console().print(f"trained {result.version} updates in {result.steps} steps under {resume or out}/"

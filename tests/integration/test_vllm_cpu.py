@@ -23,7 +23,7 @@ import pytest
 
 from sera.policy.errors import SamplerError
 from sera.policy.openai_sampler import OpenAISampler
-from sera.policy.vllm_server import VLLMServer
+from sera.serving.vllm_server import VLLMServer
 from sera.runtime.policy import SamplingParams
 from sera.types import Message
 

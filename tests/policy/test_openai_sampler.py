@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import urllib.request
 
 import httpx2
 import pytest
@@ -22,7 +20,6 @@ from sera.policy.errors import SamplerError
 from sera.policy.openai_http import HttpSettings
 from sera.policy.openai_sampler import OpenAISampler
 
-from .conftest import fake_vllm_server
 from sera.runtime.policy import SamplingParams
 from sera.policy.repetition import loop_cut
 from sera.testing.tiny import tiny_tokenizer
@@ -337,30 +334,6 @@ def test_backoff_is_exponential_capped_and_jittered():
         assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
     with pytest.raises(ValueError, match="backoff_s"):
         HttpSettings(backoff_s=(5.0, 1.0))
-
-
-# -- the local server launcher (with a stand-in for vLLM's entry point) -----------------------
-
-def fake_vllm(tmp_path, crash=False):
-    return fake_vllm_server(tmp_path, "m", *(("--crash",) if crash else ()))
-
-
-def test_vllm_server_starts_waits_for_health_and_stops(tmp_path):
-    server = fake_vllm(tmp_path)
-    assert server.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    assert "--enforce-eager" in server.command() and server.command()[-2:] == ["--port", str(server.port)]
-    with server:
-        pid = server._proc.pid
-        assert urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health").status == 200
-        assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # the server is gone
-
-
-def test_vllm_server_that_dies_reports_its_log(tmp_path):
-    server = fake_vllm(tmp_path, crash=True)
-    with pytest.raises(RuntimeError, match="model not found"):
-        server.start(ready_timeout_s=30)
 
 
 async def test_repetition_stop_cuts_a_served_loop_where_the_in_process_sampler_would_stop():

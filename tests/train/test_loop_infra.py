@@ -25,13 +25,13 @@ import pytest
 
 import sera
 from sera.policy.errors import SamplerError
-from sera.policy.vllm_server import http_ok
+from sera.serving.errors import InfraFailure, ServingError
+from sera.serving.vllm_server import http_ok
 from sera.testing.fake_vllm import FakeVLLM
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
 from sera.checkpoints.store import load_latest
 from sera.train.config import load_config
-from sera.train.infra import InfraFailure
 from sera.train.run_dir import TrainError
 
 CONFIG = "configs/letters/rao.yaml"
@@ -96,7 +96,7 @@ def test_a_failure_that_persists_stops_the_run_with_one_line_and_the_steps_done_
         run(out, "max_steps=3", tree_policy=failing_samplings({1, 2}))
     text = str(stopped.value)
     assert "\n" not in text and "step 1" in text and "endpoint_down" in text and "not trained" in text
-    assert isinstance(stopped.value, TrainError)  # the CLI prints it as one line
+    assert isinstance(stopped.value, ServingError)  # the CLI prints it as one line
     assert [line["step"] for line in lines(out)] == [0]
     ckpt = load_latest(out / "checkpoints")
     assert (ckpt.manifest.step, ckpt.read_json("state.json")["loop"]["step"]) == (1, 1)
@@ -252,7 +252,7 @@ def test_a_given_server_that_vanishes_is_not_restarted_and_the_run_stops_checkpo
 
 def test_a_missing_vllm_python_stops_the_run_before_any_step_with_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with pytest.raises(TrainError) as missing:
+    with pytest.raises(ServingError) as missing:
         run(out, "max_steps=1", *LORA, "sampler.backend=vllm", f"sampler.vllm.python={tmp_path / 'venv/bin/python'}")
     text = str(missing.value)
     assert "\n" not in text and str(tmp_path / "venv/bin/python") in text and "make vllm-setup" in text

@@ -12,7 +12,7 @@ from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
 from sera.train.config import load_config
 from sera.train.learner import LearnerConfig, TorchLearner
-from sera.train.weight_sync import CanaryError, SharedModuleSync
+from sera.serving.weight_sync import CanaryError, SharedModuleSync
 from sera.policy.transformers_sampler import TransformersSampler
 
 CONFIG = "configs/letters/rao.yaml"
@@ -141,7 +141,7 @@ def test_the_inprocess_backend_takes_its_prefix_cache_budget_and_frees_it_before
     import asyncio
 
     from sera.runtime.policy import SamplingParams
-    from sera.train.backends import open_backend
+    from sera.train.sampler_setup import open_backend
     from sera.train.sampling import InFlight
     from sera.types import Message
 

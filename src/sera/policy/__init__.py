@@ -8,7 +8,9 @@ their environments, the test kit in `sera.testing`).
 - OpenAI-compatible HTTP, also used by the judge: `openai_http` (timeouts, retries, client) and
   `openai_replies` (reading replies);
 - `human` (a person at the terminal), `factory` (the policy a command line asks for),
-  `vllm_server` (launching, watching and restarting a local vLLM), `vllm_admin` (its LoRA
-  adapter endpoints), `threaded` (a sampler on an event loop of its own), `models` (loading
-  models, converting the embedded SmolLM2 GGUF).
+  `threaded` (a sampler on an event loop of its own), `models` (loading models, converting the
+  embedded SmolLM2 GGUF).
+
+Sampling for training (a local vLLM server, its LoRA adapter endpoints, the backends and the
+weight sync) is `sera.serving`.
 """

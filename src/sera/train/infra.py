@@ -13,7 +13,8 @@ earn. After a round is sampled, `sample_cleanly` looks for such failures:
 Then the round is not credited: the backend recovers (`SamplerBackend.recover`: a vLLM backend
 restarts a dead server and reloads the current adapter; the in-process one has nothing to
 restart) and the round is sampled again with the same seeds. A second failure, or a backend that
-cannot recover, raises `InfraFailure` (one line); the loop checkpoints what it completed and stops.
+cannot recover, raises `InfraFailure` (`sera.serving.errors`, one line); the loop checkpoints
+what it completed and stops.
 """
 
 from __future__ import annotations
@@ -25,15 +26,11 @@ from typing import Protocol, TypeVar
 
 from sera.eval.failures import NOT_INFRA_KINDS, classify, one_line
 from sera.policy.errors import SAMPLER_ERROR_KINDS
-from sera.train.run_dir import TrainError
+from sera.serving.errors import InfraFailure
 from sera.types import RolloutTree
 
 _POLICY_FAILURE = re.compile(r"policy call failed: \w+: (\w+): ")
 _R = TypeVar("_R")
-
-
-class InfraFailure(TrainError):
-    """The sampler failed in a way the run cannot recover from; the message names where to look."""
 
 
 class Recovering(Protocol):
@@ -123,5 +120,5 @@ def _attempt(sample: Callable[[], _R], groups: Callable[[_R], list[list[RolloutT
     return result, round_failures(groups(result), raised)
 
 
-__all__ = ["CleanRound", "InfraFailure", "Recovering", "node_failure_kind", "round_failures", "sample_cleanly",
+__all__ = ["CleanRound", "Recovering", "node_failure_kind", "round_failures", "sample_cleanly",
            "tree_failures"]

@@ -13,9 +13,10 @@ One step = one round = one stage:
            evaluate every `eval.every` versions
     checkpoint (every N updates, at the end, on SIGTERM/SIGINT), one metrics line
 
-The sampler comes from a backend (`sera.train.backends`, `sampler.backend`): in process, a
-`TransformersSampler` over the learner's own `nn.Module` (no copy, a canary after each update);
-or a vLLM server serving the policy as a hot-loaded LoRA adapter (`sera.train.vllm_backend`). It
+The sampler comes from a backend (`sera.serving`, opened from `sampler.backend` by
+`sera.train.sampler_setup`): in process, a `TransformersSampler` over the learner's own
+`nn.Module` (no copy, a canary after each update); or a vLLM server serving the policy as a
+hot-loaded LoRA adapter (`sera.serving.vllm_backend`). It
 must be idle during the update. A round with an infrastructure failure (a sampler call that
 failed on the server's side) is never trained: the backend recovers and the round is sampled
 again with the same seeds, once (`sera.train.infra`). A failed sync after an update checkpoints
@@ -46,11 +47,13 @@ from sera.envs.registry import EnvSpec, EnvTraining, get_env
 from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
 from sera.eval.store import save_tree
-from sera.train.backends import SamplerBackend, open_backend, serving_base_if_needed
+from sera.serving.backends import SamplerBackend
+from sera.serving.errors import InfraFailure
+from sera.serving.weight_sync import SyncError
 from sera.checkpoints.store import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.train.collect import Collector
 from sera.train.config import TrainConfig
-from sera.train.infra import InfraFailure, sample_cleanly
+from sera.train.infra import sample_cleanly
 from sera.train.learner import TorchLearner
 from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
@@ -58,6 +61,7 @@ from sera.train.progress import Progress
 from sera.train.run_dir import (
     CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, NoLearningSignal, TrainError, prepare_run, trim_past,
 )
+from sera.train.sampler_setup import open_backend, serving_base_if_needed
 from sera.train.signals import stop_on_signals
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
@@ -67,7 +71,6 @@ from sera.train.setup import (
     eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
 )
 from sera.train.stage_data import build_batch
-from sera.train.weight_sync import SyncError
 from sera.types import RolloutTree, Task
 
 __all__ = ["CKPT_DIR", "CONFIG_FILE", "RESUMABLE_KEYS", "NoLearningSignal", "RunResult", "TrainError", "run_train"]

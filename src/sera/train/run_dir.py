@@ -8,8 +8,8 @@
 | `eval/v<version>/` | each periodic evaluation (an ordinary `sera eval` run directory) |
 | `tensorboard/` | TensorBoard event files |
 | `checkpoints/` | `sera.checkpoints.store` layout |
-| `adapters/v<version>/` | vLLM backend: the LoRA adapter the server serves (`sera.train.vllm_sync`) |
-| `sampler_base/` | vLLM backend: the learner's base model saved for the server (`sera.train.vllm_backend`) |
+| `adapters/v<version>/` | vLLM backend: the LoRA adapter the server serves (`sera.serving.vllm_sync`) |
+| `sampler_base/` | vLLM backend: the learner's base model saved for the server (`sera.serving.vllm_backend`) |
 | `vllm-server.log` | vLLM backend: the started server's output |
 """
 

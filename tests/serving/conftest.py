@@ -1,11 +1,11 @@
-"""Shared pieces of the policy tests: a stand-in for vLLM's OpenAI entry point."""
+"""Shared pieces of the serving tests: a stand-in for vLLM's OpenAI entry point."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from sera.policy.vllm_server import VLLMServer
+from sera.serving.vllm_server import VLLMServer
 
 FAKE_SERVER = '''
 import argparse, http.server, sys

@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from sera.policy.vllm_server import http_ok
+from sera.serving.vllm_server import http_ok
 
 
 class AdminError(RuntimeError):

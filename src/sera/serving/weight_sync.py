@@ -9,7 +9,7 @@ other than the trained ones would make every later importance ratio wrong, silen
 
 `SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
 weights are already there; the sync only checks that no sampler call straddles the update and
-runs the canary. `sera.train.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
+runs the canary. `sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
 adapter, hot-load it under a versioned name, route the next round to it, then the canary).
 Every failure of a sync is a `SyncError` (`CanaryError` among them) with a one-line message.
 """

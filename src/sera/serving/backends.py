@@ -1,34 +1,32 @@
-"""Where the loop's rollouts are sampled: the sampler backend seam (`sampler.backend`).
+"""Where rollouts are sampled: one interface for the in-process and the vLLM sampler.
 
-A backend gives the loop
+A backend gives its caller (the training loop)
 - `policy`: what the trees (and the periodic evaluation) sample from;
 - `sync(learner, version)`: bring `policy` to the learner's weights after an update and run the
-  canary (a backend is the loop's `WeightSync`);
+  canary (a backend is a `WeightSync`);
 - `recover(reason)`: make `policy` usable again after an infrastructure failure, or raise
-  `InfraFailure` (`sera.train.infra`); `restarts` counts what that took;
+  `InfraFailure` (`sera.serving.errors`); `restarts` counts what that took;
 - `where()`: where to look when sampling fails; `close()`: release it (stop a started server);
 - `before_update()`: called while no call is in flight, just before the learner steps (the
   in-process sampler frees its KV buffers and prefix cache there: their keys belong to the old
   weights, and the learner's step needs the memory).
 
-`inprocess`: a `TransformersSampler` over the learner's own module with `SharedModuleSync`;
-there is nothing to restart, so a failed round is only sampled again. `vllm`:
-`sera.train.vllm_backend` (a server, LoRA hot-loading, restarts).
+`open_inprocess_backend`: a `TransformersSampler` over the learner's own module with
+`SharedModuleSync`; there is nothing to restart, so a failed round is only sampled again.
+`sera.serving.vllm_backend.open_vllm_backend`: a server, LoRA hot-loading, restarts. Both take
+plain values; `sera.train.sampler_setup` reads them from the trainer's config.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
-from sera.train.config import TrainConfig
-from sera.train.learner import TorchLearner
-from sera.train.sampling import InFlight
-from sera.train.weight_sync import BF16_BOUND, FP32_BOUND, SharedModuleSync, SyncReport, WeightSync
+from sera.serving.weight_sync import SharedModuleSync, SyncReport, WeightSync
 
 
 class SamplerBackend(Protocol):
@@ -91,29 +89,14 @@ class InProcessBackend:
         self.policy.release_memory()
 
 
-def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
-                           initialized: bool) -> Path | None:
-    """The base model folder of a vLLM server sera starts (`vllm_backend.serving_base`); None for
-    `inprocess` and for a server given by `sampler.vllm.base_url` (it serves what it serves: the
-    canary checks that it is the learner's base). Call it before the learner injects LoRA into `model`."""
-    if cfg.sampler.backend != "vllm" or cfg.sampler.vllm.base_url is not None:
-        return None
-    from sera.train.vllm_backend import serving_base
+def open_inprocess_backend(model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int, prefix_cache_bytes: int,
+                           bound: float, in_flight: Callable[[], int]) -> InProcessBackend:
+    """A `TransformersSampler` over `model` (the learner's own module) whose sync is the canary
+    within `bound`; `in_flight()` counts the sampler calls running (none may during a sync)."""
+    from sera.policy.transformers_sampler import TransformersSampler
 
-    return serving_base(cfg, out, model, tokenizer, initialized)
+    policy = TransformersSampler(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
+    return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, in_flight, bound))
 
 
-def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: Any, inflight: InFlight,
-                 base_dir: Path | None) -> SamplerBackend:
-    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here)."""
-    if cfg.sampler.backend == "inprocess":
-        from sera.policy.transformers_sampler import TransformersSampler
-
-        # Rows beyond the trees: children and rubric calls run beside their parents.
-        policy = TransformersSampler(learner.model, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
-                                     prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
-        bound = BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND
-        return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, lambda: inflight.count, bound))
-    from sera.train.vllm_backend import open_vllm_backend
-
-    return open_vllm_backend(cfg, out, tokenizer, inflight, base_dir)
+__all__ = ["InProcessBackend", "SamplerBackend", "open_inprocess_backend"]

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from sera.policy.vllm_server import LoraServing, VLLMServer, VLLMServerError, core_list, lora_rank_limit
+from sera.serving.vllm_server import LoraServing, VLLMServer, VLLMServerError, core_list, lora_rank_limit
 
 from .conftest import fake_vllm_server
 
@@ -85,3 +86,25 @@ def test_alive_and_restart_after_the_server_is_killed(tmp_path: Path) -> None:
     assert not server.alive()
     with pytest.raises(ProcessLookupError):
         os.killpg(first, 0)
+
+
+def fake_vllm(tmp_path, crash=False):
+    return fake_vllm_server(tmp_path, "m", *(("--crash",) if crash else ()))
+
+
+def test_vllm_server_starts_waits_for_health_and_stops(tmp_path):
+    server = fake_vllm(tmp_path)
+    assert server.command()[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enforce-eager" in server.command() and server.command()[-2:] == ["--port", str(server.port)]
+    with server:
+        pid = server._proc.pid
+        assert urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health").status == 200
+        assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the server is gone
+
+
+def test_vllm_server_that_dies_reports_its_log(tmp_path):
+    server = fake_vllm(tmp_path, crash=True)
+    with pytest.raises(RuntimeError, match="model not found"):
+        server.start(ready_timeout_s=30)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sera.policy.vllm_admin import AdapterAdmin
-from sera.train.weight_sync import SyncError, SyncReport, check_canary
+from sera.serving.vllm_admin import AdapterAdmin
+from sera.serving.weight_sync import SyncError, SyncReport, check_canary
 
 ADAPTERS_DIR = "adapters"
 """Adapter folders of a run, `OUT/adapters/v{version:06d}/` (only the current one is kept)."""

