@@ -2,7 +2,7 @@
 
 For each model (`tiny`, `smollm2`) a `TorchLearner` and a `TransformersSampler` share one module
 (as in `sera train`). After each of `--updates` CISPO steps on synthetic datums the canary runs
-(`sera.train.weight_sync.canary_gaps`): the sampler completes a fixed probe greedily in fp32, the
+(`sera.serving.weight_sync.canary_gaps`): the sampler completes a fixed probe greedily in fp32, the
 learner recomputes the log-probs of the same tokens
 
 - `fp32`: in fp32 (what `sera train` checks against 1e-3);
@@ -28,8 +28,8 @@ import statistics
 import torch
 
 from sera.policy.transformers_sampler import TransformersSampler
+from sera.serving.weight_sync import canary_gaps
 from sera.train.learner import LearnerConfig, TorchLearner, cpu_supports_bf16, load_causal_lm
-from sera.train.weight_sync import canary_gaps
 
 from learner_throughput import synthetic_datums  # noqa: E402  (same folder)
 

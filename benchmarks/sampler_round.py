@@ -120,7 +120,7 @@ def run_vllm(args: argparse.Namespace) -> dict[str, Any]:
 
     from sera.policy.openai_sampler import OpenAISampler
     from sera.policy.threaded import ThreadedPolicy
-    from sera.policy.vllm_server import LoraServing, VLLMServer
+    from sera.serving.vllm_server import LoraServing, VLLMServer
 
     cfg, model, tokenizer = load(args)
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,12 +25,12 @@ from pathlib import Path
 from sera.policy.models import ensure_default_model
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.threaded import ThreadedPolicy
-from sera.policy.vllm_admin import AdapterAdmin
-from sera.policy.vllm_server import LoraServing, VLLMServer
+from sera.serving.vllm_admin import AdapterAdmin
+from sera.serving.vllm_server import LoraServing, VLLMServer
+from sera.serving.vllm_sync import VLLM_FP32_BOUND, VLLMAdapterSync
+from sera.serving.weight_sync import BF16_BOUND, canary_gaps
 from sera.train.datums import Datum
 from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner
-from sera.train.vllm_sync import VLLM_FP32_BOUND, VLLMAdapterSync
-from sera.train.weight_sync import BF16_BOUND, canary_gaps
 
 TEXTS = (
     "A carpenter uses a hammer, a saw and a chisel. Done.",

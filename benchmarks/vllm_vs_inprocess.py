@@ -29,8 +29,8 @@ import torch
 from sera.policy.models import ensure_default_model
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.transformers_sampler import TransformersSampler
-from sera.policy.vllm_server import VLLMServer
 from sera.runtime.policy import SamplingParams
+from sera.serving.vllm_server import VLLMServer
 from sera.types import Message
 
 

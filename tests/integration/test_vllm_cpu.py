@@ -23,8 +23,8 @@ import pytest
 
 from sera.policy.errors import SamplerError
 from sera.policy.openai_sampler import OpenAISampler
-from sera.serving.vllm_server import VLLMServer
 from sera.runtime.policy import SamplingParams
+from sera.serving.vllm_server import VLLMServer
 from sera.types import Message
 
 VLLM_PYTHON = os.environ.get("SERA_VLLM_PYTHON")

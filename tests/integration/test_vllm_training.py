@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from sera.policy.tokenizing_policy import TokenizingPolicy
+from sera.runtime.policy import Completion
 from sera.serving.vllm_admin import AdapterAdmin, AdapterLoadError
 from sera.serving.vllm_server import http_ok
-from sera.runtime.policy import Completion
-from sera.policy.tokenizing_policy import TokenizingPolicy
+from sera.serving.vllm_sync import VLLM_FP32_BOUND
 from sera.train import loop
 from sera.train.config import load_config
-from sera.serving.vllm_sync import VLLM_FP32_BOUND
 
 VLLM_PYTHON = os.environ.get("SERA_VLLM_PYTHON")
 pytestmark = [

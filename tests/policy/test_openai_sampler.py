@@ -19,9 +19,8 @@ import pytest
 from sera.policy.errors import SamplerError
 from sera.policy.openai_http import HttpSettings
 from sera.policy.openai_sampler import OpenAISampler
-
-from sera.runtime.policy import SamplingParams
 from sera.policy.repetition import loop_cut
+from sera.runtime.policy import SamplingParams
 from sera.testing.tiny import tiny_tokenizer
 from sera.types import Message
 

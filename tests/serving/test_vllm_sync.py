@@ -13,13 +13,13 @@ import pytest
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.threaded import ThreadedPolicy
 from sera.serving.vllm_admin import AdapterAdmin, AdapterLoadError, ServerUnreachable
+from sera.serving.vllm_backend import VllmBackend
+from sera.serving.vllm_sync import AdapterSaveError, VLLMAdapterSync
+from sera.serving.weight_sync import CanaryError, SyncError
 from sera.testing.fake_vllm import FakeVLLM
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train.datums import Datum
 from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner
-from sera.serving.vllm_backend import VllmBackend
-from sera.serving.vllm_sync import AdapterSaveError, VLLMAdapterSync
-from sera.serving.weight_sync import CanaryError, SyncError
 
 
 @pytest.fixture

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 import sera
+from sera.checkpoints.store import load_latest
 from sera.policy.errors import SamplerError
 from sera.serving.errors import InfraFailure, ServingError
 from sera.serving.vllm_server import http_ok
 from sera.testing.fake_vllm import FakeVLLM
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
-from sera.checkpoints.store import load_latest
 from sera.train.config import load_config
 from sera.train.run_dir import TrainError
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from sera.policy.transformers_sampler import TransformersSampler
+from sera.serving.weight_sync import CanaryError, SharedModuleSync
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
 from sera.train.config import load_config
 from sera.train.learner import LearnerConfig, TorchLearner
-from sera.serving.weight_sync import CanaryError, SharedModuleSync
-from sera.policy.transformers_sampler import TransformersSampler
 
 CONFIG = "configs/letters/rao.yaml"
 

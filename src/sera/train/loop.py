@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from sera.checkpoints.store import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.envs.registry import EnvSpec, EnvTraining, get_env
 from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
@@ -50,7 +51,6 @@ from sera.eval.store import save_tree
 from sera.serving.backends import SamplerBackend
 from sera.serving.errors import InfraFailure
 from sera.serving.weight_sync import SyncError
-from sera.checkpoints.store import capture_rng, load_latest, restore_rng, save_checkpoint
 from sera.train.collect import Collector
 from sera.train.config import TrainConfig
 from sera.train.infra import sample_cleanly
@@ -62,9 +62,9 @@ from sera.train.run_dir import (
     CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, NoLearningSignal, TrainError, prepare_run, trim_past,
 )
 from sera.train.sampler_setup import open_backend, serving_base_if_needed
-from sera.train.signals import stop_on_signals
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
+from sera.train.signals import stop_on_signals
 from sera.train.sinks import open_sinks
 from sera.train.step_metrics import batch_metrics, tree_metrics
 from sera.train.setup import (
