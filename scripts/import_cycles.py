@@ -8,7 +8,9 @@ only type checkers see is still a circle a reader has to untangle. Rules:
   and docs; the library reaches its tiny model by name, `sera.policy.model_registry`);
 - only the layers above the trainer (`TRAIN_USERS`) import `sera.train`; an arrow from a lower
   layer into it runs back up. `KNOWN_UPWARD` lists the ones main still has, so that no new one
-  can land; remove an entry when its arrow is gone.
+  can land; remove an entry when its arrow is gone;
+- `sera.serving` (the sampler backends, weight sync, the vLLM server) builds only on
+  `SERVING_BASE`: the trainer passes it plain values (`sera.train.sampler_setup`).
 
     python scripts/import_cycles.py
 """
@@ -26,6 +28,8 @@ TRAIN_USERS = ("sera.cli", "sera.commands", "sera.pipeline", "sera.train")
 """Packages that may import `sera.train` (the trainer and what drives it)."""
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 """Arrows into `sera.train` from a lower layer that main still has (debt, not permission)."""
+SERVING_BASE = ("sera.policy", "sera.runtime", "sera.types", "sera.serving")
+"""The only packages `sera.serving` imports from `sera`."""
 
 
 def _within(module: str, package: str) -> bool:
@@ -42,6 +46,9 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
             elif (_within(target, "sera.train") and not any(_within(source, p) for p in TRAIN_USERS)
                   and (source, target) not in KNOWN_UPWARD):
                 found.append(f"{source} imports {target}: a lower layer reaching up into the trainer")
+            elif (_within(source, "sera.serving") and _within(target, "sera")
+                  and not any(_within(target, p) for p in SERVING_BASE)):
+                found.append(f"{source} imports {target}: serving builds only on {', '.join(SERVING_BASE[:3])}")
     return found
 
 

@@ -30,3 +30,14 @@ def test_an_import_of_the_test_kit_or_up_into_the_trainer_is_reported() -> None:
         "sera.eval.harness imports sera.train.loop: a lower layer reaching up into the trainer",
         "sera.train.sft imports the test kit (sera.testing.tiny)",
     ]
+
+
+def test_serving_importing_anything_but_policy_runtime_and_types_is_reported() -> None:
+    checker = _checker()
+    graph = {"sera.serving.backends": {"sera.policy.transformers_sampler", "sera.serving.weight_sync",
+                                       "sera.train.config", "sera.eval.seeds"},
+             "sera.serving.weight_sync": {"sera.runtime.policy", "sera.types"}}
+    assert checker.layer_violations(graph) == [
+        "sera.serving.backends imports sera.eval.seeds: serving builds only on sera.policy, sera.runtime, sera.types",
+        "sera.serving.backends imports sera.train.config: a lower layer reaching up into the trainer",
+    ]
