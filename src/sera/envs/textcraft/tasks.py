@@ -51,6 +51,7 @@ __all__ = [
     "load_split",
     "load_tasks",
     "published_task_file",
+    "write_split",
     "row_to_task",
     "task_to_row",
     "write_tasks",
@@ -98,6 +99,20 @@ def load_split(split: str) -> list[Task]:
     except PublishedDataUnavailable:
         return generate_tasks(split)
     return load_tasks(path)
+
+
+def write_split(split: str, out: Path, *, generate: bool = True) -> int:
+    """Write the tasks of split `split` (train or val) to the JSONL file `out` in the published
+    format (`generate`: with our generator, else copied from the installed package); returns the
+    number written. An unknown split is a ValueError, a folder at `out` an IsADirectoryError."""
+    if split not in ("train", "val"):
+        raise ValueError(f"unknown split {split!r}; known: train, val")
+    if out.is_dir():
+        raise IsADirectoryError(f"{out} is a folder; give the JSONL file to write, e.g. {out / 'tasks.jsonl'}")
+    tasks = generate_tasks(split) if generate else load_split(split)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_tasks(tasks, out)
+    return len(tasks)
 
 
 def _check_split(split: str) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "load_split_specs",
     "load_task_specs",
     "load_tasks",
+    "write_split",
     "write_tasks",
 ]
 
@@ -121,3 +122,14 @@ def load_tasks(path: str | Path, *, rules: RulesName | None = None) -> list[Task
 def write_tasks(specs: Iterable[SyncTaskSpec | Task], path: str | Path) -> int:
     """Write our JSONL atomically; returns the number of tasks written."""
     return write_task_file(specs, path)
+
+
+def write_split(split: str, out: Path) -> int:
+    """Generate the tasks of split `split` (train, dev or test) and write them to the JSONL file
+    `out`; returns the number written. An unknown split is a ValueError, a folder at `out` an
+    IsADirectoryError."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    if out.is_dir():
+        raise IsADirectoryError(f"{out} is a folder; give the JSONL file to write, e.g. {out / 'tasks.jsonl'}")
+    return write_tasks(load_split_specs(split), out)
