@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 from typer.testing import CliRunner
 
-import sera.cli
+import sera.eval.run
 from sera.cli import app
 from sera.envs.registry import get_env
 from sera.sandbox import WeakIsolationError, configure, settings
@@ -71,7 +71,7 @@ def test_a_sandbox_that_refuses_is_reported_in_one_line_and_fails_the_run(tmp_pa
             raise WeakIsolationError(["user namespaces"], ["unshare: operation not permitted"])
         return build
 
-    monkeypatch.setattr(sera.cli, "get_env", lambda name: replace(spec, root_env=refusing_env))
+    monkeypatch.setattr(sera.eval.run, "get_env", lambda name: replace(spec, root_env=refusing_env))
     out = tmp_path / "o"
     result = runner.invoke(app, ["eval", "--limit", "2", "--out", str(out), "--no-progress"])
     assert result.exit_code == 1, result.output
