@@ -32,7 +32,7 @@ def test_run_eval_writes_trees_and_summary_and_returns_them(tmp_path):
 def test_run_eval_on_your_own_task_file(tmp_path):
     tasks = tmp_path / "mine.jsonl"
     write_tasks(load_split("val")[3:4], tasks)
-    result = run_eval(EvalJob(out=tmp_path / "run", tasks_file=tasks), log=_notes()[1])
+    result = run_eval(EvalJob(out=str(tmp_path / "run"), tasks_file=str(tasks)), log=_notes()[1])  # str paths work too
     assert [t.id for t in result.slots[0].tasks] == ["textcraft_synth.val.3"]
 
 

@@ -84,3 +84,10 @@ class EvalJob:
     """selector judge: the external model's served name."""
     judge_api_key_env: str = "KIMI_API_KEY"
     """selector judge: environment variable holding its API key."""
+
+    def __post_init__(self) -> None:
+        # Paths given as strings from Python work as they do from the command line.
+        object.__setattr__(self, "out", Path(self.out))
+        if self.tasks_file is not None:
+            object.__setattr__(self, "tasks_file", Path(self.tasks_file))
+        object.__setattr__(self, "task_ids", tuple(self.task_ids))
