@@ -114,6 +114,13 @@ def test_dry_run_prints_the_config_and_the_first_cycle(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_dry_run_of_a_missing_run_is_a_one_line_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["train", "--dry-run", "--resume", str(tmp_path / "gone")])
+    assert result.exit_code == 2  # the usage error, not an uncaught ConfigError (exit 1)
+    assert "Traceback" not in result.output
+    assert f"cannot read config {tmp_path / 'gone' / 'config.yaml'}" in result.output
+
+
 def test_resume_refuses_a_changed_config(straight: Path) -> None:
     result = CliRunner().invoke(app, ["train", "--resume", str(straight), "optimizer.lr=0.5"])
     assert result.exit_code == 2

@@ -43,6 +43,8 @@ def train_command(
             cfg = None
             if config is not None or preset is not None or given:
                 cfg = load_config(config or resume / CONFIG_FILE, preset=preset, overrides=given)
+            elif dry_run:  # nothing to merge: the run's own config is what a dry run describes
+                cfg = load_config(resume / CONFIG_FILE)
         else:
             if config is None:
                 fail("--config is required (or --resume DIR)")
@@ -50,9 +52,7 @@ def train_command(
     except ConfigError as exc:
         fail(str(exc))
     if dry_run:
-        if cfg is None:
-            assert resume is not None
-            cfg = load_config(resume / CONFIG_FILE)
+        assert cfg is not None
         typer.echo(describe(cfg))
         return
     if resume is None and out is None:
