@@ -358,29 +358,8 @@ class TorchLearner:
 
     def token_logprobs(self, batch: MicroBatch) -> torch.Tensor:
         """`[N]` float32 log-probabilities of the micro-batch's trained tokens (masked LM head)."""
-        lm = self._causal_lm()
-        ids = batch.input_ids.to(self.device)
-        attention = batch.attention_mask.to(self.device)
-        rows, cols = batch.rows.to(self.device), batch.cols.to(self.device)
-        targets = batch.targets.to(self.device)
         with self._autocast():
-            hidden = lm.get_decoder()(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-            picked = hidden[rows, cols]  # [N, H]: only the positions whose next token is trained
-            head = lm.get_output_embeddings()
-            chunk = self.config.head_chunk_tokens
-            if chunk is None or picked.shape[0] <= chunk or not torch.is_grad_enabled():
-                return _head_logprobs(head, picked, targets, self._softcap(lm))
-            parts = [
-                torch.utils.checkpoint.checkpoint(
-                    _head_logprobs, head, h, t, self._softcap(lm), use_reentrant=False
-                )
-                for h, t in zip(picked.split(chunk), targets.split(chunk))
-            ]
-            return torch.cat(parts)
-
-    @staticmethod
-    def _softcap(lm: nn.Module) -> float | None:
-        return getattr(lm.config, "final_logit_softcapping", None)
+            return masked_logprobs(self._causal_lm(), batch, self.device, self.config.head_chunk_tokens)
 
     @contextlib.contextmanager
     def _mode(self, training: bool) -> Iterator[None]:
@@ -427,7 +406,6 @@ class TorchLearner:
         batches = microbatches(datums, self.config.max_tokens_per_microbatch, pad_id=self.config.pad_id)
         total = sum(b.trained_tokens for b in batches)
         step_loss = 0.0
-        ratios: list[torch.Tensor] = []
         gaps: list[torch.Tensor] = []
         with self._mode(True):
             for batch in batches:
@@ -442,26 +420,14 @@ class TorchLearner:
                 step_loss += float(scaled.detach())
                 gap = (logprobs.detach() - sampler)[known].float().cpu()
                 gaps.append(gap)
-                ratios.append(torch.exp(gap))
-        gap = torch.cat(gaps) if gaps else torch.zeros(0)
-        ratio = torch.cat(ratios) if ratios else torch.zeros(0)
-        low, high = RATIO_BAND
-        some = ratio.numel() > 0
-        return ForwardBackwardStats(
-            loss=step_loss,
-            trained_tokens=total,
-            tokens=sum(b.real_tokens for b in batches),
-            padded_tokens=sum(b.padded_tokens for b in batches),
-            datums=sum(len(b.datum_indices) for b in batches),
-            microbatches=len(batches),
-            sampler_tokens=int(ratio.numel()),
-            ratio_mean=float(ratio.mean()) if some else 0.0,
-            ratio_max=float(ratio.max()) if some else 0.0,
-            ratio_outside=float(((ratio < low) | (ratio > high)).float().mean()) if some else 0.0,
-            logprob_gap=float(gap.abs().mean()) if some else 0.0,
-            kl_k1=float((-gap).mean()) if some else 0.0,
-            kl_k3=float((ratio - 1 - gap).mean()) if some else 0.0,
-        )
+        counts = {
+            "trained_tokens": total,
+            "tokens": sum(b.real_tokens for b in batches),
+            "padded_tokens": sum(b.padded_tokens for b in batches),
+            "datums": sum(len(b.datum_indices) for b in batches),
+            "microbatches": len(batches),
+        }
+        return summarize_pass(step_loss, counts, torch.cat(gaps) if gaps else torch.zeros(0))
 
     def optim_step(self) -> OptimStats:
         """Clip the accumulated gradient, step AdamW and the scheduler, clear the gradients.
@@ -570,6 +536,47 @@ class TorchLearner:
         return target
 
 
+def summarize_pass(loss: float, counts: Mapping[str, int], gap: torch.Tensor) -> ForwardBackwardStats:
+    """The stats of one `forward_backward` call from its loss, token/datum counts (the integer
+    fields of `ForwardBackwardStats` by name) and the learner − sampler log-probability gaps of
+    its trained tokens that have a sampler value."""
+    ratio = torch.exp(gap)
+    low, high = RATIO_BAND
+    some = ratio.numel() > 0
+    return ForwardBackwardStats(
+        loss=loss,
+        **counts,
+        sampler_tokens=int(ratio.numel()),
+        ratio_mean=float(ratio.mean()) if some else 0.0,
+        ratio_max=float(ratio.max()) if some else 0.0,
+        ratio_outside=float(((ratio < low) | (ratio > high)).float().mean()) if some else 0.0,
+        logprob_gap=float(gap.abs().mean()) if some else 0.0,
+        kl_k1=float((-gap).mean()) if some else 0.0,
+        kl_k3=float((ratio - 1 - gap).mean()) if some else 0.0,
+    )
+
+
+def masked_logprobs(lm: nn.Module, batch: MicroBatch, device: torch.device, chunk: int | None) -> torch.Tensor:
+    """`[N]` float32 log-probabilities of `batch`'s trained tokens under the causal LM `lm`: the
+    decoder's hidden states at trained positions only go through the LM head, in chunks of
+    `chunk` tokens recomputed in the backward pass when `chunk` is set (see `LearnerConfig`)."""
+    ids = batch.input_ids.to(device)
+    attention = batch.attention_mask.to(device)
+    rows, cols = batch.rows.to(device), batch.cols.to(device)
+    targets = batch.targets.to(device)
+    hidden = lm.get_decoder()(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+    picked = hidden[rows, cols]  # [N, H]: only the positions whose next token is trained
+    head = lm.get_output_embeddings()
+    softcap = getattr(lm.config, "final_logit_softcapping", None)
+    if chunk is None or picked.shape[0] <= chunk or not torch.is_grad_enabled():
+        return _head_logprobs(head, picked, targets, softcap)
+    parts = [
+        torch.utils.checkpoint.checkpoint(_head_logprobs, head, h, t, softcap, use_reentrant=False)
+        for h, t in zip(picked.split(chunk), targets.split(chunk))
+    ]
+    return torch.cat(parts)
+
+
 def _head_logprobs(
     head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, softcap: float | None
 ) -> torch.Tensor:
@@ -592,6 +599,8 @@ __all__ = [
     "constant_schedule",
     "cpu_supports_bf16",
     "load_causal_lm",
+    "masked_logprobs",
     "peak_memory_bytes",
     "resolve_device",
+    "summarize_pass",
 ]
