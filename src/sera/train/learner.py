@@ -515,25 +515,35 @@ class TorchLearner:
 
         The folder is written under a temporary sibling name and renamed into place, so readers
         never see a partial folder; an existing folder at `path` is replaced."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-        try:
+        def write(staging: Path) -> None:
             self.model.save_pretrained(staging)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(staging)
-            staging.chmod(0o755)
-            if target.exists():
-                retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-                target.rename(retired / target.name)
-                staging.rename(target)
-                shutil.rmtree(retired, ignore_errors=True)
-            else:
-                staging.rename(target)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-        return target
+
+        return write_folder_atomically(path, write)
+
+
+def write_folder_atomically(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
+    """Run `write(staging)` on a temporary sibling folder of `path`, then rename it into place
+    (replacing an existing folder), so readers never see a partial folder; on an error the
+    staging folder is removed and `path` is left as it was."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        write(staging)
+        staging.chmod(0o755)
+        if target.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            target.rename(retired / target.name)
+            staging.rename(target)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def summarize_pass(loss: float, counts: Mapping[str, int], gap: torch.Tensor) -> ForwardBackwardStats:
@@ -603,4 +613,5 @@ __all__ = [
     "peak_memory_bytes",
     "resolve_device",
     "summarize_pass",
+    "write_folder_atomically",
 ]
