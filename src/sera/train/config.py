@@ -72,6 +72,10 @@ class ModelConfig(_Section):
     """Token budget of one learner micro-batch (rows x longest row, padding included; the
     paper's 60,000). Activation memory grows with it: SmolLM2-135M in fp32 without gradient
     checkpointing needs about 2.6 MB per token, so a CPU run keeps it near one datum."""
+    fsdp_processes: int = Field(1, ge=1)
+    """Learner processes: 1 is the single-process `TorchLearner`; N > 1 shards full fine-tuning
+    over N ranks with FSDP2 (`sera.train.fsdp_learner`, one GPU each on CUDA). `sera train`
+    runs only 1 so far; the FSDP2 learner is used from Python (`sera.train.distributed.run_local`)."""
 
 
 class OptimizerConfig(_Section):
@@ -414,6 +418,13 @@ class TrainConfig(_Section):
                              "(full-weight sync to vLLM is not built)")
         if self.sampler.backend == "vllm" and self.model.lora_rank > 512:
             raise ValueError(f"model.lora_rank={self.model.lora_rank}: vLLM serves LoRA ranks up to 512")
+        n = self.model.fsdp_processes
+        if n > 1 and self.model.finetune == "lora":
+            raise ValueError(f"model.fsdp_processes={n}: the FSDP2 learner trains full weights; "
+                             "set model.finetune=full or model.fsdp_processes=1")
+        if n > 1:
+            raise ValueError(f"model.fsdp_processes={n}: sera train does not run the FSDP2 learner yet; "
+                             "use 1 (FsdpLearner runs from Python: sera.train.distributed.run_local)")
         r = self.rollout
         if r.max_prompt_tokens + r.max_tokens > r.context:
             raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "
@@ -636,6 +647,9 @@ def check_host(cfg: TrainConfig) -> None:
             raise ConfigError("model.device='cuda': no CUDA device on this machine (use model.device=cpu or --preset cpu)")
         if cfg.model.dtype == "bf16" and not torch.cuda.is_bf16_supported():
             raise ConfigError("model.dtype='bf16': this GPU has no bf16 support (use model.dtype=fp32)")
+        if cfg.model.fsdp_processes > torch.cuda.device_count():
+            raise ConfigError(f"model.fsdp_processes={cfg.model.fsdp_processes}: this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s), one per process is needed")
 
 
 def validate_config(data: dict[str, Any], source: str = "config") -> TrainConfig:
