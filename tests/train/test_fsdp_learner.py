@@ -51,6 +51,7 @@ def _fsdp_worker(rank: int, world: int, folder: str) -> dict:
     fb = learner.forward_backward(data, "cispo")
     optim = learner.optim_step()
     weights = learner.full_weights()
+    probe = learner.sequence_logprobs(data[0].tokens[:5], data[0].tokens[5:12])  # a collective too
     try:
         learner.forward_backward(data[:3])
         uneven = ""
@@ -62,7 +63,7 @@ def _fsdp_worker(rank: int, world: int, folder: str) -> dict:
     restored = other.full_weights()
     learner.save_for_sampler(folder)
     return {
-        "fb": fb, "optim": optim, "weights": weights, "uneven": uneven, "restored": restored,
+        "fb": fb, "optim": optim, "weights": weights, "probe": probe, "uneven": uneven, "restored": restored,
         "steps": other.steps, "optimizer_keys": len(state["optimizer"].get("state", {})),
     }
 
@@ -85,6 +86,7 @@ def test_two_process_fsdp_step_equals_the_single_process_step(tmp_path):
     assert one["fb"].loss == zero["fb"].loss  # every rank reports the whole step
     assert zero["fb"].ratio_mean == pytest.approx(fb.ratio_mean, rel=LOSS_RTOL)
     assert zero["optim"].grad_norm == pytest.approx(optim.grad_norm, rel=LOSS_RTOL)
+    assert optim.grad_norm > CONFIG.max_grad_norm  # so the clip (by the full sharded norm) acted
     assert zero["weights"].keys() == expected.keys() and one["weights"] == {}  # gathered to rank 0 only
     worst = max(float((zero["weights"][n] - expected[n]).abs().max()) for n in expected)
     print(f"max |fsdp - single| = {worst:.3g}")
@@ -92,6 +94,9 @@ def test_two_process_fsdp_step_equals_the_single_process_step(tmp_path):
     moved = max(float((expected[n] - tiny_model_and_tokenizer(0)[0].state_dict()[n]).abs().max()) for n in expected)
     assert moved > 100 * PARAM_ATOL  # the step did something the tolerance could not hide
 
+    probe = reference.sequence_logprobs(_datums()[0].tokens[:5], _datums()[0].tokens[5:12])
+    torch.testing.assert_close(zero["probe"], probe, atol=PARAM_ATOL, rtol=0)
+    torch.testing.assert_close(one["probe"], probe, atol=PARAM_ATOL, rtol=0)
     assert zero["uneven"] == one["uneven"] == "3 datums do not split evenly over 2 ranks: pass a multiple of 2"
     assert zero["steps"] == 1 and zero["optimizer_keys"] > 0
     assert all(torch.equal(zero["restored"][n], zero["weights"][n]) for n in expected)
