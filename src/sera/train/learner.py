@@ -4,8 +4,9 @@ The seam (`Learner`) is shaped like tinker's and prime-rl's: `forward_backward(d
 accumulates gradients, `optim_step()` clips and steps AdamW, `save_for_sampler(path)` writes what
 a sampler loads, `state_dict()` / `load_state_dict()` checkpoint it, and
 `sequence_logprobs(prompt, completion)` serves the weight-sync canary. `train_step` is the two
-calls in a row with timing and memory. An FSDP2 or Tinker-backed learner can replace
-`TorchLearner` behind the same methods; the loop sees only `Datum`s and a loss name.
+calls in a row with timing and memory. An FSDP2 (`sera.train.fsdp_learner.FsdpLearner`) or
+Tinker-backed learner replaces `TorchLearner` behind the same methods; the loop sees only
+`Datum`s and a loss name.
 
 **Normalisation (sera-spec §7.4, `sera.train.losses`).** The loss of one `forward_backward` call
 is the token mean over *all* trained tokens M of the datums passed, `(1/|M|) Σ_{t∈M} ℓ_t`. The
