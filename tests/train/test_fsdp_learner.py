@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,14 +63,20 @@ def _fsdp_worker(rank: int, world: int, folder: str) -> dict:
     other.load_state_dict(state)
     restored = other.full_weights()
     learner.save_for_sampler(folder)
+    try:  # rank 0 cannot write under a file: an error on every rank, not a hang at a barrier
+        learner.save_for_sampler(Path(folder).parent / "blocker" / "inner")
+        save_error = ""
+    except (OSError, RuntimeError) as exc:
+        save_error = f"{type(exc).__name__}: {exc}"
     return {
         "fb": fb, "optim": optim, "weights": weights, "probe": probe, "uneven": uneven, "restored": restored,
-        "steps": other.steps, "optimizer_keys": len(state["optimizer"].get("state", {})),
+        "steps": other.steps, "save_error": save_error, "optimizer_keys": len(state["optimizer"].get("state", {})),
     }
 
 
 def test_two_process_fsdp_step_equals_the_single_process_step(tmp_path):
     folder = tmp_path / "sampler"
+    (tmp_path / "blocker").write_text("a file, not a folder")
     ranks = run_local(_fsdp_worker, 2, args=(str(folder),), timeout_s=240, threads_per_rank=1)
 
     model, tokenizer = tiny_model_and_tokenizer(0)
@@ -104,7 +111,9 @@ def test_two_process_fsdp_step_equals_the_single_process_step(tmp_path):
     saved = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
     assert all(torch.equal(saved.state_dict()[n], zero["weights"][n]) for n in expected)
     assert (folder / "tokenizer.json").is_file()
-    assert [p.name for p in tmp_path.iterdir()] == ["sampler"]  # no staging folder left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "sampler"]  # no staging folder left
+    assert zero["save_error"].startswith(("FileExistsError", "NotADirectoryError")), zero["save_error"]
+    assert one["save_error"] == f"RuntimeError: rank 0 could not write {str(tmp_path / 'blocker' / 'inner')!r}; nothing was replaced"
 
 
 def test_fsdp_bad_setup_is_a_one_line_error():

@@ -12,6 +12,7 @@ run that exceeds its deadline, is a one-line error in the parent with every proc
 from __future__ import annotations
 
 import datetime
+import os
 import pickle
 import queue as queue_module
 import socket
@@ -39,7 +40,10 @@ class GroupSettings:
     backend: str = "gloo"
     """`gloo` or `nccl`."""
     timeout_s: float = 60.0
-    """Longest wait for the rendezvous and for any one collective, in seconds."""
+    """Longest wait for all ranks to join the rendezvous, in seconds."""
+    collective_timeout_s: float = 1800.0
+    """Longest wait in any one collective once the group has formed (torch's default; a rank
+    writing a checkpoint keeps the others at a barrier that long at most)."""
 
 
 def check_backend(backend: str) -> None:
@@ -69,14 +73,16 @@ def init_process_group(rank: int, settings: GroupSettings) -> None:
     if not 0 <= rank < settings.world_size:
         raise ValueError(f"rank {rank} is outside world size {settings.world_size}")
     timeout = datetime.timedelta(seconds=settings.timeout_s)
+    collective = datetime.timedelta(seconds=settings.collective_timeout_s)
     try:
         # The store is made here (not via init_method) so that its own wait is bounded too.
         store = dist.TCPStore(
             "127.0.0.1", settings.port, settings.world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=True
         )
         dist.init_process_group(
-            settings.backend, store=store, rank=rank, world_size=settings.world_size, timeout=timeout
+            settings.backend, store=store, rank=rank, world_size=settings.world_size, timeout=collective
         )
+        store.set_timeout(collective)  # later store waits (sub-groups, barriers) are not rendezvous
     except (RuntimeError, dist.DistError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TimeoutError(
@@ -91,11 +97,10 @@ def _worker(
     settings: GroupSettings,
     args: Sequence[Any],
     results: Any,
-    threads: int | None,
+    threads: int,
 ) -> None:
     """One spawned rank: join the group, run `fn`, post `(rank, ok, value-or-message)`."""
-    if threads is not None:
-        torch.set_num_threads(threads)  # ranks share the machine's cores
+    torch.set_num_threads(threads)  # ranks share the machine's cores: no oversubscription
     try:
         init_process_group(rank, settings)
         try:
@@ -123,17 +128,20 @@ def run_local(
     """Run `fn(rank, world_size, *args)` in `world_size` spawned processes joined in one process
     group on 127.0.0.1, and return the values they return (picklable), in rank order.
 
-    `fn` must be importable by name (a module-level function). Raises RuntimeError naming the
+    `group_timeout_s` bounds the rendezvous; `threads_per_rank` (torch threads of each rank)
+    defaults to this machine's cores divided among the ranks. `fn` must be importable by name
+    (a module-level function) and its value picklable. Raises RuntimeError naming the
     first rank that failed and its error, TimeoutError when the ranks are not all done within
     `timeout_s`; either way every spawned process is ended before it returns."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     check_backend(backend)
     settings = GroupSettings(world_size=world_size, port=free_port(), backend=backend, timeout_s=group_timeout_s)
+    threads = threads_per_rank if threads_per_rank is not None else max(1, (os.cpu_count() or 1) // world_size)
     context = mp.get_context("spawn")
     results = context.Queue()
     processes = [
-        context.Process(target=_worker, args=(rank, fn, settings, tuple(args), results, threads_per_rank), daemon=True)
+        context.Process(target=_worker, args=(rank, fn, settings, tuple(args), results, threads), daemon=True)
         for rank in range(world_size)
     ]
     for process in processes:

@@ -280,6 +280,7 @@ class FsdpLearner(TorchLearner):
         `path` atomically; the other ranks wait until it is in place."""
         weights = self.full_weights()
         target = Path(path)
+        failure: BaseException | None = None
         if self.rank == 0:
 
             def write(staging: Path) -> None:
@@ -287,8 +288,16 @@ class FsdpLearner(TorchLearner):
                 if self.tokenizer is not None:
                     self.tokenizer.save_pretrained(staging)
 
-            write_folder_atomically(target, write)
-        dist.barrier()
+            try:
+                write_folder_atomically(target, write)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+                failure = exc
+        # Rank 0's outcome reaches every rank, so a failed write is an error everywhere, not a hang.
+        failed = self._all_reduce([1.0 if failure is not None else 0.0], dist.ReduceOp.MAX)[0] > 0
+        if failure is not None:
+            raise failure
+        if failed:
+            raise RuntimeError(f"rank 0 could not write {str(target)!r}; nothing was replaced")
         return target
 
 
