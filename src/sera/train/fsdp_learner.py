@@ -199,6 +199,9 @@ class FsdpLearner(TorchLearner):
         total = counts[0]
         step_loss = 0.0
         gaps: list[torch.Tensor] = []
+        # Gradients are reduce-scattered after every micro-batch (FSDP2's default): skipping the
+        # sync until the last one would keep a full unsharded gradient per rank, the memory that
+        # sharding is for.
         with self._mode(True):
             for i in range(rounds):
                 if i >= len(batches):  # keep the collectives in step with the busiest rank
