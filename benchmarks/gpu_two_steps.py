@@ -9,8 +9,8 @@ RAO, the `paper` preset scaled down by overrides) for `--steps` updates into `OU
 Vocabulary: the model's `vocab_size` is the tokenizer's length, not Qwen's 151,936. Random
 weights sample every id with about equal odds, and an id the tokenizer lacks cannot be decoded,
 so the padded vocabulary of the real model is not an option. The SmolLM2 tokenizer (49,152) makes
-the model ~3.77B parameters instead of ~4.02B; the in-process BPE tokenizer of `--tokenizer tiny`
-(512) makes it ~3.64B. N in the MFU is the built model's own count.
+the model ~3.76B parameters instead of 4.02B; the in-process BPE tokenizer of `--tokenizer tiny`
+(512) makes it ~3.63B. N in the MFU is the built model's own count.
 
 Reported from `OUT/run/metrics.jsonl`, per step and for the last step (the first pays warm-up):
 sampling tok/s (generated tokens / `time/sampling`), learner tok/s (`learner/tokens` /
