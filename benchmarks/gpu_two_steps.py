@@ -109,6 +109,8 @@ def build_model(folder: Path, shape: dict, tokenizer, cuda: bool) -> int:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     del model
+    if cuda:
+        torch.cuda.empty_cache()  # the learner loads its own fp32 copy next: leave it the memory
     return params
 
 
@@ -135,6 +137,7 @@ def summarise(lines: list[dict], params: int, peak_tflops: float) -> dict:
             "learner_tok_s": learned / t["update"] if t["update"] else 0.0,
             "mfu": mfu(params, learned, t["update"], peak_tflops),
             "sync_s": t["sync"], "time_s": t,
+            "sync_parts_s": {k[5:]: r[k] for k in ("sync/save_s", "sync/load_s", "sync/canary_s") if k in r},
             "peak_memory_gib": r.get("learner/peak_memory_bytes", 0) / 2**30,
         })
     return {"params": params, "peak_tflops": peak_tflops, "steps": steps, "last": steps[-1] if steps else None}
