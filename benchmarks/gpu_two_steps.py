@@ -39,7 +39,7 @@ QWEN3_4B = dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, 
 TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             intermediate_size=128, max_position_embeddings=4096, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
             tie_word_embeddings=True)
-CONFIG_FILE = "configs/textcraft-synth/rao.yaml"
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "configs" / "textcraft-synth" / "rao.yaml"
 # The paper's shape of a call (TextCraft: 512 tokens, depth 3) but 2 easy tasks x K=4 trees of 4
 # calls instead of 8 x 8 of 20, so that two steps fit a few minutes of one GPU.
 GPU_OVERRIDES = ["batch_tasks=2", "K=4", "rollout.concurrency=8",
@@ -50,7 +50,7 @@ PHASES = ("sampling", "save_trees", "credit", "update", "sync", "checkpoint", "s
 
 
 class FlagError(SystemExit):
-    """A flag combination that cannot run: one line, exit status 2."""
+    """A flag combination that cannot run: one line on stderr, exit status 1."""
 
     def __init__(self, message: str) -> None:
         super().__init__(f"gpu_two_steps: {message}")
@@ -154,13 +154,10 @@ def table(summary: dict) -> str:
                       head, *rows])
 
 
-def vllm_importable(python: str | None) -> bool:
-    """Whether the vLLM python sera would start (`sampler_setup.vllm_python`'s rule) imports vllm."""
-    import os
-
-    exe = python or os.environ.get("SERA_VLLM_PYTHON") or str(Path(__file__).resolve().parents[1] / ".venv-vllm/bin/python")
+def imports_vllm(python: str) -> bool:
+    """Whether `python` (the one sera would start the server with) can import vllm."""
     try:
-        return subprocess.run([exe, "-c", "import vllm"], capture_output=True, timeout=300).returncode == 0
+        return subprocess.run([python, "-c", "import vllm"], capture_output=True, timeout=300).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -194,21 +191,24 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     import torch
 
+    from sera.train.config import ConfigError, load_config
+    from sera.train.loop import run_train
+    from sera.train.sampler_setup import vllm_python
+
     cuda = torch.cuda.is_available()
-    vllm_python = next((s.split("=", 1)[1] for s in args.set if s.startswith("sampler.vllm.python=")), None)
-    check_flags(args, cuda, lambda: vllm_importable(vllm_python))
     out = Path(args.out)
+    # The config first (a bad --set fails before minutes of model building); the folder it names is built below.
+    try:
+        cfg = load_config(CONFIG_FILE, preset="tiny" if args.tiny else "paper", overrides=overrides(args, out / "model"))
+    except ConfigError as error:
+        raise FlagError(str(error).splitlines()[0]) from None
+    check_flags(args, cuda, lambda: imports_vllm(vllm_python(cfg)))
     if out.exists() and any(out.iterdir()):
         raise FlagError(f"--out {out} is not empty")
-    from sera.train.config import load_config
-    from sera.train.loop import run_train
-
     tokenizer = make_tokenizer(args.tokenizer)
     start = time.perf_counter()
     params = build_model(out / "model", TINY if args.tiny else QWEN3_4B, tokenizer, cuda and not args.tiny)
     built = time.perf_counter() - start
-    cfg = load_config(CONFIG_FILE, preset="tiny" if args.tiny else "paper", overrides=overrides(args, out / "model"),
-                      host=True)
     run_train(cfg, out / "run", tree_policy=expert_tree_0, log=lambda line: print(line, file=sys.stderr))
     lines = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     summary = {"device": torch.cuda.get_device_name() if cuda and not args.tiny else "cpu", "backend": args.backend,

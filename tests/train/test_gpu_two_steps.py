@@ -69,3 +69,11 @@ def test_tiny_run_end_to_end(tmp_path):
     assert last["sampling_tok_s"] > 0 and last["learner_tok_s"] > 0 and last["mfu"] > 0
     assert last["time_s"]["step"] >= last["time_s"]["sampling"] + last["time_s"]["update"]
     assert "samp tok/s" in proc.stdout
+
+
+def test_a_bad_override_fails_in_one_line_before_building(tmp_path):
+    with pytest.raises(SystemExit) as raised:
+        bench.main(["--out", str(tmp_path / "o"), "--tiny", "--set", "optimizer.lrr=1"])
+    text = str(raised.value.code)
+    assert "unknown key 'optimizer.lrr'" in text and "\n" not in text
+    assert not (tmp_path / "o").exists()
