@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> dict:
     check_flags(args, cuda, lambda: imports_vllm(vllm_python(cfg)))
     if out.exists() and any(out.iterdir()):
         raise FlagError(f"--out {out} is not empty")
-    tokenizer = make_tokenizer(args.tokenizer)
+    try:
+        tokenizer = make_tokenizer(args.tokenizer)
+    except (OSError, ValueError) as error:  # no SmolLM2 package, a folder without tokenizer files
+        raise FlagError(f"--tokenizer {args.tokenizer}: {str(error).splitlines()[0]}") from None
     start = time.perf_counter()
     params = build_model(out / "model", TINY if args.tiny else QWEN3_4B, tokenizer, cuda and not args.tiny)
     built = time.perf_counter() - start
