@@ -16,7 +16,8 @@ Reported from `OUT/run/metrics.jsonl`, per step and for the last step (the first
 sampling tok/s (generated tokens / `time/sampling`), learner tok/s (`learner/tokens` /
 `time/update`), MFU = 6·N·learner tokens / `time/update` / peak FLOP/s (`--peak-tflops`, default
 989: the H100/H200 SXM dense bf16 figure; the FLOPs of attention, of recomputation under
-gradient checkpointing and the LM head skipped at untrained positions are not counted), the sync
+gradient checkpointing and the LM head skipped at untrained positions are not counted; with LoRA,
+as `--backend vllm` trains, the true cost is nearer 4N, so the figure reads high), the sync
 time and the step's split into phases. One JSON line, then a table.
 
     python benchmarks/gpu_two_steps.py --out /tmp/gpu2 --backend inprocess   # a CUDA machine
