@@ -256,3 +256,24 @@ def test_repetition_stop_reaches_the_agents_sampling_in_training_and_in_the_fixe
     assert runtime_config(cfg, spec).sampling.repetition_stop == 64
     assert eval_runtime(cfg, spec).sampling.repetition_stop == 64
     assert runtime_config(load_config(CONFIGS / "textcraft-synth/sera.yaml"), spec).sampling.repetition_stop == 0
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS / "main").glob("*.yaml")), ids=lambda p: p.stem)
+def test_main_job_configs_load_and_round_trip(path: Path) -> None:
+    cfg = load_config(path)
+    assert cfg.environment.name == "textcraft-synth" and cfg.sft.expert == "short"
+    assert validate_config(parse_yaml(dump_config(cfg))) == cfg
+
+
+def test_the_easy_main_job_is_the_starter_job_one_tier_up() -> None:
+    """The easy config changes the band, the sizes an easy task needs and the RL rate; nothing else."""
+    starter = load_config(CONFIGS / "main" / "textcraft-cpu.yaml").model_dump()
+    easy = load_config(CONFIGS / "main" / "textcraft-cpu-easy.yaml").model_dump()
+    changed = {(section, key) for section in starter if isinstance(starter[section], dict)
+               for key in starter[section] if starter[section][key] != easy[section][key]}
+    assert changed == {
+        ("environment", "split"), ("environment", "difficulty"), ("optimizer", "lr"),
+        ("rollout", "batch_tasks"), ("rollout", "concurrency"), ("rollout", "max_tokens"),
+        ("sft", "val_split"), ("pipeline", "budget_minutes"), ("pipeline", "eval_split"),
+        ("pipeline", "eval_difficulty"),
+    }
