@@ -143,12 +143,7 @@ class FsdpLearner(TorchLearner):
                 module.set_gradient_divide_factor(1.0)
                 module.set_force_sum_reduction_for_comms(True)
         self.model = model
-        self._params = [p for p in self._root.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self._params, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
-        )
-        self.scheduler = scheduler(self.optimizer)
-        self.steps = 0
+        self._start_optimizer(self._root, scheduler)  # the root's parameters are the sharded ones
 
     # -- log-probabilities -------------------------------------------------------------------------
 

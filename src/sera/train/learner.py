@@ -321,10 +321,13 @@ class TorchLearner:
         if config.lora is not None:
             model = wrap_lora(model, config.lora)
         self.model = model
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self._params, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
-        )
+        self._start_optimizer(model, scheduler)
+
+    def _start_optimizer(self, trained: nn.Module, scheduler: SchedulerFactory) -> None:
+        """AdamW (and its schedule) over `trained`'s parameters that need gradients; step 0."""
+        c = self.config
+        self._params = [p for p in trained.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self._params, lr=c.lr, betas=c.betas, eps=c.eps, weight_decay=c.weight_decay)
         self.scheduler = scheduler(self.optimizer)
         self.steps = 0
 
