@@ -259,3 +259,26 @@ def test_a_signal_during_sft_is_an_interruption_and_the_rerun_resumes_it(job, tm
     lines = [(out / "sft" / "metrics.jsonl"), (done / "sft" / "metrics.jsonl")]
     losses = [[(r["kind"], r["step"], r["loss"]) for r in map(json.loads, p.read_text().splitlines())] for p in lines]
     assert losses[0] == losses[1], "the resumed SFT trained what the uninterrupted job's did"
+
+
+def test_sampled_evaluations_pair_by_task_and_sample_with_the_same_seeds(tmp_path: Path) -> None:
+    """`pipeline.eval_samples` rollouts per task at `pipeline.eval_temperature`: sample k of a task
+    has the same seed in every evaluation, so the same weights give the same outcomes (the paired
+    test then sees only what the weights changed); greedy samples are refused as identical."""
+    from sera.eval.seeds import sample_seed
+    from sera.pipeline.evalstats import eval_stats
+    from sera.train.config import ConfigError, load_config
+
+    keys = ["pipeline.eval_tasks=3", "pipeline.eval_samples=2", "pipeline.eval_temperature=1.0"]
+    cfg = load_config(CONFIG, overrides=keys)
+    first_summary, _ = evaluation.run_evaluation(cfg, tmp_path / "a")
+    evaluation.run_evaluation(cfg, tmp_path / "b")
+    first, second = eval_stats(tmp_path / "a"), eval_stats(tmp_path / "b")
+    assert first.success.n == 6 and len(first.outcomes) == 6
+    assert {key.split("#")[1] for key in first.outcomes} == {"0", "1"}
+    assert first.outcomes == second.outcomes
+    tree = json.loads(next((tmp_path / "a" / "rollouts").glob("*/1.json")).read_text())
+    assert tree["seed"] == sample_seed(cfg.seed, tree["task_id"], 1)
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["sampling"]["temperature"] == 1.0
+    with pytest.raises(ConfigError, match=r"pipeline.eval_samples=2 with pipeline.eval_temperature=0: greedy samples"):
+        load_config(CONFIG, overrides=["pipeline.eval_samples=2"])

@@ -137,7 +137,7 @@ def test_the_pre_flight_says_when_rl_will_see_no_variance_and_how_large_k_would_
 
     none = Facts(success={"before SFT": Rate.of(0, 32), "after SFT": Rate.of(0, 32)}, trees_per_task=4)
     (line,) = signal_sentences(none)
-    assert line.startswith("Pre-flight: none of the 32 evaluated tasks succeeded after SFT")
+    assert line.startswith("Pre-flight: none of the 32 evaluated rollouts succeeded after SFT")
     high = Rate.of(0, 32).high
     needed = next(n for n in range(2, 100) if variance_chance(high, n) >= 0.5)
     assert needed > 4 and f"K would need to be at least {needed}" in line

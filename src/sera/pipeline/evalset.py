@@ -2,9 +2,10 @@
 
 The same set, the same settings every time (before SFT, after SFT, after RL), so the three
 results differ only in the weights: the first `pipeline.eval_tasks` tasks of the held-out split
-(`pipeline.eval_split`; null: `val`, else `dev`) in the band `pipeline.eval_difficulty`, one
-greedy rollout each, `pipeline.eval_max_calls` calls per agent (null: the rollouts'), and the
-rollouts' completion cap and depth.
+(`pipeline.eval_split`; null: `val`, else `dev`) in the band `pipeline.eval_difficulty`,
+`pipeline.eval_samples` rollouts each at `pipeline.eval_temperature` (default one greedy rollout;
+sample k of a task has the same seed in every evaluation), `pipeline.eval_max_calls` calls per
+agent (null: the rollouts'), and the rollouts' completion cap and depth.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def eval_tasks(cfg: TrainConfig, spec: EnvSpec) -> list[Task]:
 
 
 def eval_runtime(cfg: TrainConfig, spec: EnvSpec) -> RuntimeConfig:
-    """Greedy sampling, the rollouts' completion cap and depth, `pipeline.eval_max_calls` calls per agent."""
-    runtime = runtime_config(cfg, spec, temperature=0.0)
+    """`pipeline.eval_temperature` (default greedy), the rollouts' completion cap and depth,
+    `pipeline.eval_max_calls` calls per agent."""
+    runtime = runtime_config(cfg, spec, temperature=cfg.pipeline.eval_temperature)
     calls = cfg.pipeline.eval_max_calls
     return replace(runtime, max_calls_per_agent=calls) if calls is not None else runtime

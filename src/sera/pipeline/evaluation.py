@@ -86,6 +86,7 @@ def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> 
             return await evaluate(
                 tasks, policy, spec.root_env, out, env_name=spec.name, split=source, policy_name=f"hf:{model_name}",
                 config=runtime, concurrency=cfg.rollout.concurrency, show_progress=False, seed=cfg.seed,
+                samples=cfg.pipeline.eval_samples,
                 rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, policy),
             )
         finally:

@@ -23,7 +23,7 @@ from sera.pipeline.evalset import eval_split
 from sera.pipeline.evalstats import EvalReadError, EvalStats, eval_stats
 from sera.pipeline.phases import EVAL_PHASES, LABELS, PHASES, output_present
 from sera.pipeline.record import JobRecord
-from sera.pipeline.summary import Facts, summary_sentences
+from sera.pipeline.summary import Facts, eval_sampling, summary_sentences
 from sera.reports.load_train import load_train
 from sera.reports.plots import curve_plot
 from sera.reports.tables import count, fixed, markdown_table, num, paired, share, share_value, table7_train
@@ -160,6 +160,7 @@ def collect(out: Path) -> ReportData:
                 "dtype": cfg.model.dtype, "train_difficulty": cfg.environment.difficulty,
                 "eval_split": eval_split(cfg, get_env(cfg.environment.name)),
                 "eval_difficulty": p.eval_difficulty, "eval_tasks": p.eval_tasks,
+                "eval_samples": p.eval_samples, "eval_temperature": p.eval_temperature,
                 "eval_max_calls": p.eval_max_calls or cfg.rollout.max_calls_per_agent,
                 "max_tokens": cfg.rollout.max_tokens, "max_depth": cfg.rollout.max_depth,
                 "repetition_stop": cfg.rollout.repetition_stop,
@@ -206,6 +207,7 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
         rl_stopped_by=rl.detail.get("stopped_by") if rl.status == "done" else None,
         infra_failures=sum(e.infra_failures for e in data.evaluations.values()),
         tasks=data.config["eval_tasks"] if done else None,
+        samples=data.config.get("eval_samples", 1), temperature=data.config.get("eval_temperature", 0.0),
         trees_per_task=data.config.get("trees_per_task") if data.config.get("rl") else None,
     )
 
@@ -245,7 +247,7 @@ def render(data: ReportData) -> str:
         ["method / environment / model", f"{c['method']} / {c['environment']} ({c['train_difficulty'] or 'all'} training tasks) "
                                          f"/ {c['model']} ({c['dtype']})"],
         ["fixed evaluation set", f"the first {c['eval_tasks']} tasks of split {c['eval_split']}, band "
-                                 f"{c['eval_difficulty'] or 'all'}; one greedy rollout each; at most {c['eval_max_calls']} "
+                                 f"{c['eval_difficulty'] or 'all'}; {eval_sampling(c.get('eval_samples', 1), c.get('eval_temperature', 0.0))}; at most {c['eval_max_calls']} "
                                  f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"
                                  + (f"; a reply ends once its last {c['repetition_stop']} tokens loop"
                                     if c.get("repetition_stop") else "")],

@@ -42,6 +42,19 @@ class Facts:
     """Tasks of the fixed evaluation set."""
     trees_per_task: int | None = None
     """RL's group size K (None: no RL configured): the pre-flight reads it."""
+    samples: int = 1
+    """Rollouts per task in each evaluation."""
+    temperature: float = 0.0
+    """Sampling temperature of the evaluations (0: greedy)."""
+
+
+def eval_sampling(samples: int, temperature: float) -> str:
+    """How each task of the fixed set is rolled out, e.g. `4 rollouts at temperature 1 (paired by
+    task and sample: the same seeds every time)` or `one greedy rollout`."""
+    if not temperature:
+        return "one greedy rollout"
+    each = "one rollout" if samples == 1 else f"{samples} rollouts"
+    return f"{each} at temperature {temperature:g} (paired by task and sample: the same seeds every time)"
 
 
 def summary_sentences(facts: Facts) -> list[str]:
@@ -62,7 +75,8 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(f"{facts.infra_failures} evaluation rollout(s) failed for infrastructure reasons; they are "
                    f"reported apart and not counted as model results.")
     if facts.tasks is not None:
-        out.append(f"Each evaluation is one greedy rollout on each of the same {facts.tasks} held-out tasks; {RULE}.")
+        out.append(f"Each evaluation is {eval_sampling(facts.samples, facts.temperature)} on each of the same "
+                   f"{facts.tasks} held-out tasks; {RULE}.")
     return out
 
 
@@ -90,7 +104,7 @@ def signal_sentences(facts: Facts) -> list[str]:
         grow = f"K={k} gives an even chance of a mixed group only at that end"
     else:
         grow = (f"K would need to be at least {needed}" if needed else "no K up to 4096 would do") + " for an even chance of a mixed group"
-    return [f"Pre-flight: {which} of the {start.n} evaluated tasks succeeded {label}, so RL's groups of K={k} trees "
+    return [f"Pre-flight: {which} of the {start.n} evaluated rollouts succeeded {label}, so RL's groups of K={k} trees "
             f"will likely all get the same reward and make no update; even at the interval's "
             f"{'upper' if start.k == 0 else 'lower'} end ({100 * (bound if start.k == 0 else 1 - bound):.0f}%), "
             f"{grow}."]

@@ -353,6 +353,20 @@ class PipelineConfig(_Section):
     """Evaluated tasks (the first of the split and band): the same fixed set every time."""
     eval_max_calls: int | None = Field(None, ge=1)
     """Policy calls per agent in the evaluations; null: `rollout.max_calls_per_agent`."""
+    eval_temperature: float = Field(0.0, ge=0.0)
+    """Sampling temperature of the evaluations; 0: greedy. 1 evaluates the distribution RL trains
+    (its trees are sampled at the rollouts' temperature), where greedy success can sit at a
+    ceiling that sampled success is far below."""
+    eval_samples: int = Field(1, ge=1)
+    """Rollouts per task in each evaluation, sample k with the same seed every time, so the three
+    evaluations pair by (task, sample); more than 1 needs `eval_temperature` > 0."""
+
+    @model_validator(mode="after")
+    def _samples_need_sampling(self) -> PipelineConfig:
+        if self.eval_samples > 1 and self.eval_temperature == 0:
+            raise ValueError(f"pipeline.eval_samples={self.eval_samples} with pipeline.eval_temperature=0: greedy "
+                             f"samples of a task are identical; set eval_temperature > 0 or eval_samples: 1")
+        return self
     sft: bool = True
     """Run the SFT warm start (else RL starts from the base model)."""
     rl: bool = True
