@@ -277,3 +277,21 @@ def test_the_easy_main_job_is_the_starter_job_one_tier_up() -> None:
         ("sft", "val_split"), ("pipeline", "budget_minutes"), ("pipeline", "eval_split"),
         ("pipeline", "eval_difficulty"),
     }
+
+
+def test_auto_dtype_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model.dtype: auto` becomes a concrete dtype when the config is read: bf16 on a CPU with
+    AVX-512 BF16 or AMX, fp32 on one that would emulate it; `sampler.weights: bf16_copy` needs bf16."""
+    from sera.train import hardware
+
+    keys = ["model.device=cpu", "model.dtype=auto", "sampler.weights=auto"]
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: True)
+    assert load_config(None, overrides=keys).model.dtype == "bf16"
+    monkeypatch.setattr(hardware, "cpu_supports_bf16", lambda: False)
+    cfg = load_config(None, overrides=keys)
+    assert cfg.model.dtype == "fp32"
+    from sera.train.sampler_setup import samples_from_bf16_copy
+
+    assert not samples_from_bf16_copy(cfg)
+    with pytest.raises(ConfigError, match=r"sampler.weights='bf16_copy' with model.dtype='fp32'"):
+        load_config(None, overrides=["model.device=cpu", "model.dtype=auto", "sampler.weights=bf16_copy"])

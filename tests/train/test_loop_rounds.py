@@ -159,3 +159,33 @@ def test_the_inprocess_backend_takes_its_prefix_cache_budget_and_frees_it_before
         assert policy.prefix_cache.nbytes == 0
     finally:
         backend.close()
+
+
+def test_a_bf16_sampling_copy_serves_the_learners_weights_only_after_each_sync() -> None:
+    """`sampler.weights: bf16_copy`: the sampler runs its own bf16 module; the sync copies the
+    learner's updated masters into it, and the canary (bf16 bound) passes; an unsynced copy is stale."""
+    import torch
+
+    from sera.serving.backends import open_inprocess_backend
+    from sera.serving.weight_sync import BF16_BOUND
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=1)
+    learner = TorchLearner(model, LearnerConfig(lr=1e-3, pad_id=tokenizer.pad_token_id), tokenizer=tokenizer)
+    backend = open_inprocess_backend(learner.model, tokenizer, max_batch_size=2, prefix_cache_bytes=0, bound=BF16_BOUND,
+                                     in_flight=lambda: 0, bf16_copy=True)
+    sampled = backend.policy.model
+    assert sampled is not learner.model and {p.dtype for p in sampled.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in learner.model.parameters()} == {torch.float32}  # the masters stay fp32
+    first = backend.sync(learner, 0)
+    assert first.canary_gap <= BF16_BOUND and first.load_s is not None
+    with torch.no_grad():
+        for param in learner.model.parameters():
+            param.add_(torch.randn_like(param) * 0.5)  # an "update" the copy has not seen
+    canary_only = SharedModuleSync(backend.policy, lambda: 0, BF16_BOUND)  # no copy: the sampler's stale weights
+    with pytest.raises(CanaryError, match="policy version 1"):
+        canary_only.sync(learner, 1)
+    report = backend.sync(learner, 1)
+    assert report.canary_gap <= BF16_BOUND
+    name, param = next(iter(learner.model.named_parameters()))
+    assert torch.equal(dict(sampled.named_parameters())[name], param.to(torch.bfloat16))
+    backend.close()

@@ -46,6 +46,11 @@ def rubric_launcher(cfg: TrainConfig, spec: Any, policy: Any) -> Any:
     return lambda _seed: collector.launcher("execution")
 
 
+def eval_concurrency(cfg: TrainConfig) -> int:
+    """Rollouts an evaluation runs at once: `pipeline.eval_concurrency`, else `rollout.concurrency`."""
+    return cfg.pipeline.eval_concurrency or max(1, cfg.rollout.concurrency)
+
+
 def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str | None]:
     """`(sampler, model description, weights identity)`: the config's base model, or the newest
     checkpoint of the run directory `weights` applied to it (described as `<base>+<folder name>`),
@@ -66,7 +71,7 @@ def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str |
         # still matches its evaluations' fingerprints; the weights' sha256 is in `identity`.
         name, identity = f"{cfg.model.name}+{weights.name}", source.identity
     model = model.to(dtype=_DTYPES[cfg.model.dtype], device=cfg.model.device)
-    return TransformersSampler(model, tokenizer, max_batch_size=max(1, cfg.rollout.concurrency)), name, identity
+    return TransformersSampler(model, tokenizer, max_batch_size=eval_concurrency(cfg)), name, identity
 
 
 def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> tuple[EvalSummary, dict[str, Any]]:
@@ -85,7 +90,7 @@ def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> 
         try:
             return await evaluate(
                 tasks, policy, spec.root_env, out, env_name=spec.name, split=source, policy_name=f"hf:{model_name}",
-                config=runtime, concurrency=cfg.rollout.concurrency, show_progress=False, seed=cfg.seed,
+                config=runtime, concurrency=eval_concurrency(cfg), show_progress=False, seed=cfg.seed,
                 samples=cfg.pipeline.eval_samples,
                 rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, policy),
             )

@@ -39,7 +39,7 @@ def machine() -> Machine:
     """This machine."""
     import torch
 
-    from sera.train.learner import cpu_supports_bf16
+    from sera.train.hardware import cpu_supports_bf16
 
     cpu = platform.processor() or platform.machine()
     try:

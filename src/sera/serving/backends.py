@@ -12,7 +12,8 @@ A backend gives its caller (the training loop)
   weights, and the learner's step needs the memory).
 
 `open_inprocess_backend`: a `TransformersSampler` over the learner's own module with
-`SharedModuleSync`; there is nothing to restart, so a failed round is only sampled again.
+`SharedModuleSync`, or over a bf16 copy of it with `CopiedModuleSync`; there is nothing to
+restart, so a failed round is only sampled again.
 `sera.serving.vllm_backend.open_vllm_backend`: a server, LoRA hot-loading, restarts. Both take
 plain values; `sera.train.sampler_setup` reads them from the trainer's config.
 """
@@ -26,7 +27,9 @@ from typing import Any, Protocol
 
 import torch
 
-from sera.serving.weight_sync import SharedModuleSync, SyncReport, WeightSync
+import copy
+
+from sera.serving.weight_sync import CopiedModuleSync, SharedModuleSync, SyncReport, WeightSync
 
 
 class SamplerBackend(Protocol):
@@ -60,17 +63,17 @@ class SamplerBackend(Protocol):
 
 @dataclass
 class InProcessBackend:
-    """A `TransformersSampler` sharing the learner's module: nothing copied, nothing to restart."""
+    """A `TransformersSampler` over the learner's module or a copy of it: nothing to restart."""
 
     policy: Any
-    """The `TransformersSampler` over the learner's module."""
+    """The `TransformersSampler` over the learner's module or its copy."""
     shared: WeightSync
-    """`SharedModuleSync`: the canary only."""
+    """`SharedModuleSync` (the canary only) or `CopiedModuleSync` (copy, then the canary)."""
     restarts: int = 0
     """Always 0."""
 
     def sync(self, learner: Any, version: int) -> SyncReport:
-        """The weights are already there (one module): the canary."""
+        """Shared module: the canary; a copy: refresh it, then the canary."""
         return self.shared.sync(learner, version)
 
     def recover(self, reason: str) -> None:
@@ -90,13 +93,19 @@ class InProcessBackend:
 
 
 def open_inprocess_backend(model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int, prefix_cache_bytes: int,
-                           bound: float, in_flight: Callable[[], int]) -> InProcessBackend:
+                           bound: float, in_flight: Callable[[], int], bf16_copy: bool = False) -> InProcessBackend:
     """A `TransformersSampler` over `model` (the learner's own module) whose sync is the canary
-    within `bound`; `in_flight()` counts the sampler calls running (none may during a sync)."""
+    within `bound`, or with `bf16_copy` over a bf16 copy of it that every sync refreshes;
+    `in_flight()` counts the sampler calls running (none may during a sync)."""
     from sera.policy.transformers_sampler import TransformersSampler
 
-    policy = TransformersSampler(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
-    return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, in_flight, bound))
+    if not bf16_copy:
+        policy = TransformersSampler(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
+        return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, in_flight, bound))
+    sampled = copy.deepcopy(model).to(torch.bfloat16).eval()
+    sampled.requires_grad_(False)
+    policy = TransformersSampler(sampled, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
+    return InProcessBackend(policy=policy, shared=CopiedModuleSync(policy, model, sampled, in_flight, bound))
 
 
 __all__ = ["InProcessBackend", "SamplerBackend", "open_inprocess_backend"]

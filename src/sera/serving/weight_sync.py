@@ -9,7 +9,8 @@ other than the trained ones would make every later importance ratio wrong, silen
 
 `SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
 weights are already there; the sync only checks that no sampler call straddles the update and
-runs the canary. `sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
+runs the canary. `CopiedModuleSync` is the in-process case with the sampler's own copy of the
+module in another dtype (bf16 beside fp32 masters): the sync copies the parameters over first. `sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
 adapter, hot-load it under a versioned name, route the next round to it, then the canary).
 Every failure of a sync is a `SyncError` (`CanaryError` among them) with a one-line message.
 """
@@ -21,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import torch
 
 from sera.runtime.policy import Completion, SamplingParams
 from sera.types import Message
@@ -129,3 +132,38 @@ class SharedModuleSync:
         seconds = time.perf_counter() - start
         return SyncReport(version=version, seconds=seconds, canary_gap=worst, canary_mean_gap=mean, canary_tokens=n,
                           canary_s=seconds)
+
+
+class CopiedModuleSync:
+    """The in-process sampler runs its own copy of the learner's module (bf16 beside the learner's
+    fp32 masters, for speed): the sync copies every parameter into it, then runs the canary."""
+
+    def __init__(self, sampler: Any, source: torch.nn.Module, copy: torch.nn.Module, idle: Callable[[], int],
+                 bound: float) -> None:
+        """`source` is the learner's module, `copy` the sampler's (same parameters, in the same order);
+        `idle()` returns the sampler calls in flight (must be 0 during a sync)."""
+        self.sampler, self.source, self.copy, self.in_flight, self.bound = sampler, source, copy, idle, bound
+
+    def sync(self, learner: Any, version: int) -> SyncReport:
+        start = time.perf_counter()
+        busy = self.in_flight()
+        if busy:
+            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
+        copy_weights(self.source, self.copy)
+        copied = time.perf_counter()
+        worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
+        end = time.perf_counter()
+        return SyncReport(version=version, seconds=end - start, canary_gap=worst, canary_mean_gap=mean, canary_tokens=n,
+                          load_s=copied - start, canary_s=end - copied)
+
+
+def copy_weights(source: torch.nn.Module, target: torch.nn.Module) -> None:
+    """Copy `source`'s parameters into `target`'s (cast to its dtype); the two must have the same
+    parameter names, else `SyncError` naming the first that differs."""
+    ours, theirs = dict(source.named_parameters()), dict(target.named_parameters())
+    if ours.keys() != theirs.keys():
+        missing = sorted(ours.keys() ^ theirs.keys())[0]
+        raise SyncError(f"the sampler's copy of the model no longer matches the learner's: parameter {missing!r}")
+    with torch.no_grad():
+        for name, param in ours.items():
+            theirs[name].copy_(param)

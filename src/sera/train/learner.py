@@ -50,6 +50,7 @@ from torch import nn
 from sera.checkpoints.lora import LoraSettings, wrap_lora
 from sera.train.batching import PAPER_MAX_TOKENS_PER_MICROBATCH, MicroBatch, make_microbatch, microbatches
 from sera.train.datums import Datum
+from sera.train.hardware import cpu_supports_bf16
 from sera.train.losses import LOSSES
 
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
@@ -207,18 +208,6 @@ class Learner(Protocol):
 
 
 # -- setup checks --------------------------------------------------------------------------------------
-
-
-def cpu_supports_bf16() -> bool:
-    """True when this CPU has native bf16 arithmetic (AVX-512 BF16 or AMX); without it bf16 runs
-    6-15× slower than fp32 (`stack.md`)."""
-    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
-        return True
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
 
 
 def resolve_device(device: str, dtype: str) -> torch.device:

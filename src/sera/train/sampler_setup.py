@@ -16,7 +16,8 @@ import torch
 from sera.serving.backends import SamplerBackend, open_inprocess_backend
 from sera.serving.weight_sync import BF16_BOUND, FP32_BOUND
 from sera.train.config import TrainConfig
-from sera.train.learner import TorchLearner, cpu_supports_bf16
+from sera.train.hardware import cpu_supports_bf16
+from sera.train.learner import TorchLearner
 from sera.train.sampling import InFlight
 
 if TYPE_CHECKING:  # the vLLM modules load only for `sampler.backend: vllm`
@@ -66,6 +67,12 @@ def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, 
     return serving_base(out, model, tokenizer, model_name=cfg.model.name, initialized=initialized)
 
 
+def samples_from_bf16_copy(cfg: TrainConfig) -> bool:
+    """Whether the in-process sampler runs a bf16 copy of the learner's module (`sampler.weights`)."""
+    weights = cfg.sampler.weights
+    return cfg.sampler.backend == "inprocess" and (weights == "bf16_copy" or (weights == "auto" and cfg.model.dtype == "bf16"))
+
+
 def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: Any, inflight: InFlight,
                  base_dir: Path | None) -> SamplerBackend:
     """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here)."""
@@ -74,7 +81,7 @@ def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: 
         return open_inprocess_backend(learner.model, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
                                       prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3),
                                       bound=BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND,
-                                      in_flight=lambda: inflight.count)
+                                      in_flight=lambda: inflight.count, bf16_copy=samples_from_bf16_copy(cfg))
     from sera.serving.vllm_backend import open_vllm_backend
 
     return open_vllm_backend(vllm_settings(cfg), out, tokenizer, lambda: inflight.count, base_dir)
