@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from sera.eval.failures import one_line
 from sera.eval.store import write_atomically
+from sera.pipeline.memory import release_memory
 
 Status = Literal["pending", "running", "done", "failed", "skipped", "interrupted"]
 """`pending`: not started; `running`: started, not finished (the job died in it); `done`;
@@ -128,7 +129,8 @@ def run_phase(record: JobRecord, name: str, work: Callable[[], dict[str, Any]]) 
     """Run `work` as phase `name`: `running` (saved) before, then `done` with its returned detail,
     `failed` with a one-line error (any exception; `PhaseFailed` says whether the infrastructure
     was at fault), or `interrupted` (`PhaseInterrupted`, or Ctrl-C, which is re-raised after the
-    record is saved). Start, end and wall seconds are recorded either way."""
+    record is saved). Start, end and wall seconds are recorded either way; the memory the phase
+    freed is handed back to the system (`release_memory`)."""
     phase = record.phase(name)
     phase.status, phase.error, phase.infra, phase.detail = "running", None, False, {}
     phase.started_at, phase.ended_at, phase.wall_s = now_iso(), None, None
@@ -153,4 +155,6 @@ def run_phase(record: JobRecord, name: str, work: Callable[[], dict[str, Any]]) 
         close("failed", one_line(f"{type(exc).__name__}: {exc}"))
     else:
         close("done", None, detail)
+    finally:
+        release_memory()  # the next phase starts from what this one freed, not from its peak
     return phase
