@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from sera.eval.failures import one_line
 from sera.eval.store import write_atomically
-from sera.pipeline.memory import release_memory
+from sera.memory import trim_heap
 
 Status = Literal["pending", "running", "done", "failed", "skipped", "interrupted"]
 """`pending`: not started; `running`: started, not finished (the job died in it); `done`;
@@ -130,7 +130,7 @@ def run_phase(record: JobRecord, name: str, work: Callable[[], dict[str, Any]]) 
     `failed` with a one-line error (any exception; `PhaseFailed` says whether the infrastructure
     was at fault), or `interrupted` (`PhaseInterrupted`, or Ctrl-C, which is re-raised after the
     record is saved). Start, end and wall seconds are recorded either way; the memory the phase
-    freed is handed back to the system (`release_memory`)."""
+    freed is handed back to the system (`sera.memory.trim_heap`)."""
     phase = record.phase(name)
     phase.status, phase.error, phase.infra, phase.detail = "running", None, False, {}
     phase.started_at, phase.ended_at, phase.wall_s = now_iso(), None, None
@@ -156,5 +156,5 @@ def run_phase(record: JobRecord, name: str, work: Callable[[], dict[str, Any]]) 
     else:
         close("done", None, detail)
     finally:
-        release_memory()  # the next phase starts from what this one freed, not from its peak
+        trim_heap()  # the next phase starts from what this one freed, not from its peak
     return phase

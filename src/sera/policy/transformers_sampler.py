@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from sera.memory import trim_heap
 from sera.policy.batching import BatchRecord, RequestQueue
 from sera.policy.decoding import DecodeJob, DecodeResult, check_full_attention
 from sera.policy.engine import DecodeEngine
@@ -132,11 +133,13 @@ class TransformersSampler:
 
     def release_memory(self) -> None:
         """Free the KV buffers and the prefix cache (e.g. before a learner update; they are
-        rebuilt on demand). Only while no call is in flight."""
+        rebuilt on demand) and hand the pages back to the system (`sera.memory`). Only while no
+        call is in flight."""
         if self._engine.busy:
             raise RuntimeError("release_memory() while sampler calls are in flight")
         self.prefix_cache.clear()
         self._engine.slots.release()
+        trim_heap()
 
     async def __call__(self, messages: list[Message], sampling: SamplingParams) -> Completion:
         """Complete a chat: template with a generation prompt, context policy, then decode."""
