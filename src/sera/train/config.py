@@ -350,8 +350,8 @@ class SamplerConfig(_Section):
     weights: Literal["shared", "bf16_copy", "auto"] = "shared"
     """In-process: `shared` samples from the learner's own module (its fp32 master weights, nothing
     copied); `bf16_copy` from a bf16 copy of it refreshed at every sync (one more copy of the
-    weights in memory; decode about 2x and prefill about 4x faster on a CPU with AMX, measured in
-    docs/pipeline.md), which needs `model.dtype: bf16`; `auto`: `bf16_copy` when `model.dtype` is
+    weights in memory; 1.5x the sampler's tokens/s on a CPU with AMX, docs/training.md), which
+    needs `model.dtype: bf16`; `auto`: `bf16_copy` when `model.dtype` is
     bf16, else `shared`."""
     vllm: VllmConfig = VllmConfig()
     """The server (backend `vllm` only)."""
