@@ -21,13 +21,12 @@ plain values; `sera.train.sampler_setup` reads them from the trainer's config.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-
-import copy
 
 from sera.serving.weight_sync import CopiedModuleSync, SharedModuleSync, SyncReport, WeightSync
 

@@ -10,8 +10,9 @@ other than the trained ones would make every later importance ratio wrong, silen
 `SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
 weights are already there; the sync only checks that no sampler call straddles the update and
 runs the canary. `CopiedModuleSync` is the in-process case with the sampler's own copy of the
-module in another dtype (bf16 beside fp32 masters): the sync copies the parameters over first. `sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA
-adapter, hot-load it under a versioned name, route the next round to it, then the canary).
+module in another dtype (bf16 beside fp32 masters): the sync copies the parameters over first.
+`sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA adapter, hot-load it
+under a versioned name, route the next round to it, then the canary).
 Every failure of a sync is a `SyncError` (`CanaryError` among them) with a one-line message.
 """
 
