@@ -12,8 +12,8 @@ A backend gives its caller (the training loop)
   weights, and the learner's step needs the memory).
 
 `open_inprocess_backend`: a `TransformersSampler` over the learner's own module with
-`SharedModuleSync`, or over a bf16 copy of it with `CopiedModuleSync`; there is nothing to
-restart, so a failed round is only sampled again.
+`SharedModuleSync`, or over a copy of it with `CopiedModuleSync` (bf16; or an unsharded replica
+beside an FSDP2 learner); there is nothing to restart, so a failed round is only sampled again.
 `sera.serving.vllm_backend.open_vllm_backend`: a server, LoRA hot-loading, restarts. Both take
 plain values; `sera.train.sampler_setup` reads them from the trainer's config.
 """
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -92,19 +93,35 @@ class InProcessBackend:
 
 
 def open_inprocess_backend(model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int, prefix_cache_bytes: int,
-                           bound: float, in_flight: Callable[[], int], bf16_copy: bool = False) -> InProcessBackend:
+                           bound: float, in_flight: Callable[[], int], bf16_copy: bool = False,
+                           weights: Callable[[], Mapping[str, torch.Tensor]] | None = None) -> InProcessBackend:
     """A `TransformersSampler` over `model` (the learner's own module) whose sync is the canary
-    within `bound`, or with `bf16_copy` over a bf16 copy of it that every sync refreshes;
-    `in_flight()` counts the sampler calls running (none may during a sync)."""
+    within `bound`, or with `bf16_copy` over a bf16 copy of it that every sync refreshes.
+    `weights` is for a learner whose module the sampler cannot run (sharded): `model` is then an
+    unsharded replica the sampler runs (cast to bf16 with `bf16_copy`), and every sync copies
+    `weights()` into it. `in_flight()` counts the sampler calls running (none may during a sync)."""
     from sera.policy.transformers_sampler import TransformersSampler
 
-    if not bf16_copy:
-        policy = TransformersSampler(model, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
+    def sampler(module: torch.nn.Module) -> Any:
+        return TransformersSampler(module, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
+
+    if weights is None and not bf16_copy:
+        policy = sampler(model)
         return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, in_flight, bound))
-    sampled = copy.deepcopy(model).to(torch.bfloat16).eval()
-    sampled.requires_grad_(False)
-    policy = TransformersSampler(sampled, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
-    return InProcessBackend(policy=policy, shared=CopiedModuleSync(policy, model, sampled, in_flight, bound))
+    if weights is None:
+        sampled = copy.deepcopy(model)
+        weights = partial(_parameters, model)
+    else:
+        sampled = model
+    if bf16_copy:
+        sampled = sampled.to(torch.bfloat16)
+    sampled.eval().requires_grad_(False)
+    policy = sampler(sampled)
+    return InProcessBackend(policy=policy, shared=CopiedModuleSync(policy, weights, sampled, in_flight, bound))
+
+
+def _parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return dict(module.named_parameters())
 
 
 __all__ = ["InProcessBackend", "SamplerBackend", "open_inprocess_backend"]

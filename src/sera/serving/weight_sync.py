@@ -10,7 +10,7 @@ other than the trained ones would make every later importance ratio wrong, silen
 `SharedModuleSync` is the in-process case: the sampler runs the learner's own `nn.Module`, so the
 weights are already there; the sync only checks that no sampler call straddles the update and
 runs the canary. `CopiedModuleSync` is the in-process case with the sampler's own copy of the
-module in another dtype (bf16 beside fp32 masters): the sync copies the parameters over first.
+module (bf16 beside fp32 masters; unsharded beside an FSDP2 learner): the sync copies the weights over first.
 `sera.serving.vllm_sync.VLLMAdapterSync` is the vLLM case (save the LoRA adapter, hot-load it
 under a versioned name, route the next round to it, then the canary).
 Every failure of a sync is a `SyncError` (`CanaryError` among them) with a one-line message.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -137,20 +137,22 @@ class SharedModuleSync:
 
 class CopiedModuleSync:
     """The in-process sampler runs its own copy of the learner's module (bf16 beside the learner's
-    fp32 masters, for speed): the sync copies every parameter into it, then runs the canary."""
+    fp32 masters, for speed; an unsharded replica beside a sharded learner): the sync copies the
+    learner's current weights into it, then runs the canary."""
 
-    def __init__(self, sampler: Any, source: torch.nn.Module, copy: torch.nn.Module, idle: Callable[[], int],
-                 bound: float) -> None:
-        """`source` is the learner's module, `copy` the sampler's (same parameters, in the same order);
+    def __init__(self, sampler: Any, weights: Callable[[], Mapping[str, torch.Tensor]], copy: torch.nn.Module,
+                 idle: Callable[[], int], bound: float) -> None:
+        """`weights()` returns the learner's current weights by parameter name (its module's
+        parameters, or a sharded learner's gathered full weights), `copy` is the sampler's module;
         `idle()` returns the sampler calls in flight (must be 0 during a sync)."""
-        self.sampler, self.source, self.copy, self.in_flight, self.bound = sampler, source, copy, idle, bound
+        self.sampler, self.weights, self.copy, self.in_flight, self.bound = sampler, weights, copy, idle, bound
 
     def sync(self, learner: Any, version: int) -> SyncReport:
         start = time.perf_counter()
         busy = self.in_flight()
         if busy:
             raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
-        copy_weights(self.source, self.copy)
+        copy_weights(self.weights(), self.copy)
         copied = time.perf_counter()
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         end = time.perf_counter()
@@ -158,13 +160,13 @@ class CopiedModuleSync:
                           load_s=copied - start, canary_s=end - copied)
 
 
-def copy_weights(source: torch.nn.Module, target: torch.nn.Module) -> None:
-    """Copy `source`'s parameters into `target`'s (cast to its dtype); the two must have the same
-    parameter names, else `SyncError` naming the first that differs."""
-    ours, theirs = dict(source.named_parameters()), dict(target.named_parameters())
-    if ours.keys() != theirs.keys():
-        missing = sorted(ours.keys() ^ theirs.keys())[0]
-        raise SyncError(f"the sampler's copy of the model no longer matches the learner's: parameter {missing!r}")
+def copy_weights(weights: Mapping[str, torch.Tensor], target: torch.nn.Module) -> None:
+    """Copy `weights` into `target`'s parameters of the same names (cast to their dtype); every
+    parameter of `target` must be there, else `SyncError` naming the first that is missing."""
+    theirs = dict(target.named_parameters())
+    missing = sorted(theirs.keys() - weights.keys())
+    if missing:
+        raise SyncError(f"the sampler's copy of the model no longer matches the learner's: parameter {missing[0]!r}")
     with torch.no_grad():
-        for name, param in ours.items():
-            theirs[name].copy_(param)
+        for name, param in theirs.items():
+            param.copy_(weights[name])

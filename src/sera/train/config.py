@@ -75,9 +75,9 @@ class ModelConfig(_Section):
     paper's 60,000). Activation memory grows with it: SmolLM2-135M in fp32 without gradient
     checkpointing needs about 2.6 MB per token, so a CPU run keeps it near one datum."""
     fsdp_processes: int = Field(1, ge=1)
-    """Learner processes: 1 is the single-process `TorchLearner`; N > 1 shards full fine-tuning
-    over N ranks with FSDP2 (`sera.train.fsdp_learner`, one GPU each on CUDA). `sera train`
-    runs only 1 so far; the FSDP2 learner is used from Python (`sera.train.distributed.run_local`)."""
+    """Learner processes of `sera train`: 1 is the single-process `TorchLearner`; N > 1 shards
+    full fine-tuning over N ranks on this machine with FSDP2 (`sera.train.sharded_learner`, one
+    GPU each on CUDA; gloo on CPU). `sera sft` always trains in one process."""
 
     @model_validator(mode="before")
     @classmethod
@@ -447,6 +447,13 @@ class TrainConfig(_Section):
     def _check_combinations(self) -> TrainConfig:
         _check_method(self)
         _check_environment(self)
+        n = self.model.fsdp_processes
+        if n > 1 and self.model.finetune == "lora":
+            raise ValueError(f"model.fsdp_processes={n}: the FSDP2 learner trains full weights; "
+                             "set model.finetune=full or model.fsdp_processes=1")
+        if n > 1 and self.sampler.backend != "inprocess":
+            raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
+                             "full-weight sync to vLLM is not built")
         if self.sampler.backend == "vllm" and self.model.finetune != "lora":
             raise ValueError("sampler.backend='vllm' hot-loads the policy as a LoRA adapter: set model.finetune=lora "
                              "(full-weight sync to vLLM is not built)")
@@ -455,13 +462,6 @@ class TrainConfig(_Section):
         if self.sampler.weights == "bf16_copy" and self.model.dtype != "bf16":
             raise ValueError(f"sampler.weights='bf16_copy' with model.dtype='{self.model.dtype}': a bf16 sampler "
                              "beside an fp32 learner fails the fp32 canary; set model.dtype=bf16, or sampler.weights=auto")
-        n = self.model.fsdp_processes
-        if n > 1 and self.model.finetune == "lora":
-            raise ValueError(f"model.fsdp_processes={n}: the FSDP2 learner trains full weights; "
-                             "set model.finetune=full or model.fsdp_processes=1")
-        if n > 1:
-            raise ValueError(f"model.fsdp_processes={n}: sera train does not run the FSDP2 learner yet; "
-                             "use 1 (FsdpLearner runs from Python: sera.train.distributed.run_local)")
         r = self.rollout
         if r.max_prompt_tokens + r.max_tokens > r.context:
             raise ValueError(f"rollout.max_prompt_tokens ({r.max_prompt_tokens}) + rollout.max_tokens "

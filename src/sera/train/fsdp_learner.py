@@ -7,7 +7,7 @@ LM head (`sera.train.learner.masked_logprobs`), so the embeddings, final norm an
 share the root's shard group and are gathered once per forward pass.
 
 **Same update as one process.** A step's datums are split by rank (`datums[rank::world]`, so
-mixed lengths spread evenly; the count must divide by the world size). The token count |M| is
+mixed lengths spread evenly; a count that does not divide leaves some ranks one datum short). The token count |M| is
 all-reduced *before* any backward pass, so each rank scales its micro-batch losses by
 `|M_mb| / |M|` with the global |M|, and gradients are reduce-scattered as a sum (divide factor
 1), not a mean: the accumulated gradient is the single-process one up to summation order. Ranks
@@ -169,11 +169,6 @@ class FsdpLearner(TorchLearner):
         name = loss or self.config.loss
         if name not in LOSSES:
             raise ValueError(f"unknown loss {name!r}; use one of {sorted(LOSSES)}")
-        if len(datums) % self.world_size:
-            raise ValueError(
-                f"{len(datums)} datums do not split evenly over {self.world_size} ranks: "
-                f"pass a multiple of {self.world_size}"
-            )
         for n, datum in enumerate(datums):  # checked on the full list so that every rank raises alike
             if datum.mask and datum.mask[0]:
                 raise ValueError(f"datum {n} ({datum.trajectory_id!r}): its first token is marked trained")
@@ -248,6 +243,13 @@ class FsdpLearner(TorchLearner):
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The full weights on rank 0's CPU (an empty dict on the other ranks); a collective."""
         return get_model_state_dict(self.model, options=self._FULL)
+
+    def broadcast_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Make every rank's shards rank 0's `weights` (a full state dict on rank 0; the other
+        ranks pass an empty one): the ranks of one run start from the same model, whatever each
+        loaded. A collective."""
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(self.model, dict(weights), options=options)
 
     def state_dict(self) -> dict[str, Any]:
         """Full weights and optimizer state (keyed by parameter name) gathered to rank 0's CPU,

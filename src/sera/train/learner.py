@@ -501,6 +501,9 @@ class TorchLearner:
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
 
+    def close(self) -> None:
+        """Nothing to release: the learner is this process (a sharded one ends its followers)."""
+
     def save_for_sampler(self, path: str | os.PathLike[str]) -> Path:
         """Write what a sampler loads into the folder `path`: the full model (safetensors +
         config) or, with LoRA, the peft adapter (`adapter_model.safetensors` +

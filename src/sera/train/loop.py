@@ -37,6 +37,7 @@ import resource
 import signal
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,11 +65,12 @@ from sera.train.run_dir import (
 from sera.train.sampler_setup import open_backend, serving_base_if_needed
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy, default_tree_policy
 from sera.train.schedule import StageClock
+from sera.train.sharded_learner import ShardedLearner
 from sera.train.signals import stop_on_signals
 from sera.train.sinks import open_sinks
 from sera.train.step_metrics import batch_metrics, tree_metrics
 from sera.train.setup import (
-    eval_tasks, load_model, make_collector, make_judge, make_learner, runtime_config, training_tasks,
+    eval_tasks, load_model, make_collector, make_judge, make_train_learner, runtime_config, training_tasks,
 )
 from sera.train.stage_data import build_batch
 from sera.types import RolloutTree, Task
@@ -216,8 +218,8 @@ class Trainer:
     """The environment's credit settings, with `steps.zero_variance` applied."""
     tasks: list[Task]
     """The training tasks the cursor walks."""
-    learner: TorchLearner
-    """The learner (in process, its module is also the sampler's)."""
+    learner: TorchLearner | ShardedLearner
+    """The learner (in process, its module is also the sampler's unless the sampler has a copy)."""
     tokenizer: Any
     """The model's tokenizer (credit decodes launch spans with it)."""
     sampler: TreeSampler
@@ -411,10 +413,10 @@ def run_train(
     random.seed(cfg.seed)
     model, tokenizer = load_model(cfg) if init is None else init[:2]
     base_dir = serving_base_if_needed(cfg, out, model, tokenizer, init is not None)  # before LoRA goes into `model`
-    learner = make_learner(cfg, model, tokenizer)
+    learner = make_train_learner(cfg, model, tokenizer)
     inflight = InFlight()
     stopped_by = None
-    with stop_on_signals() as received:  # from here on a signal only stops the loop: the server is stopped below
+    with stop_on_signals() as received, closing(learner):  # from here on a signal only stops the loop
         backend = open_backend(cfg, out, learner, tokenizer, inflight, base_dir)
         try:
             trainer = Trainer(

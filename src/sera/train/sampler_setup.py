@@ -19,6 +19,7 @@ from sera.train.config import TrainConfig
 from sera.train.hardware import native_dtype
 from sera.train.learner import TorchLearner
 from sera.train.sampling import InFlight
+from sera.train.sharded_learner import ShardedLearner
 
 if TYPE_CHECKING:  # the vLLM modules load only for `sampler.backend: vllm`
     from sera.serving.vllm_backend import VllmSettings
@@ -73,15 +74,19 @@ def samples_from_bf16_copy(cfg: TrainConfig) -> bool:
     return cfg.sampler.backend == "inprocess" and (weights == "bf16_copy" or (weights == "auto" and cfg.model.dtype == "bf16"))
 
 
-def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner, tokenizer: Any, inflight: InFlight,
+def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLearner, tokenizer: Any, inflight: InFlight,
                  base_dir: Path | None) -> SamplerBackend:
-    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here)."""
+    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here). A
+    sharded learner's sampler runs its unsharded replica, refreshed from the gathered weights."""
     if cfg.sampler.backend == "inprocess":
+        sharded = isinstance(learner, ShardedLearner)
         # Rows beyond the trees: children and rubric calls run beside their parents.
-        return open_inprocess_backend(learner.model, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
+        return open_inprocess_backend(learner.replica if sharded else learner.model, tokenizer,
+                                      max_batch_size=2 * max(1, cfg.rollout.concurrency),
                                       prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3),
                                       bound=BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND,
-                                      in_flight=lambda: inflight.count, bf16_copy=samples_from_bf16_copy(cfg))
+                                      in_flight=lambda: inflight.count, bf16_copy=samples_from_bf16_copy(cfg),
+                                      weights=learner.full_weights if sharded else None)
     from sera.serving.vllm_backend import open_vllm_backend
 
     return open_vllm_backend(vllm_settings(cfg), out, tokenizer, lambda: inflight.count, base_dir)

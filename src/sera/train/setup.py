@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from sera.runtime.policy import Policy
 from sera.train.collect import Collector
 from sera.train.config import TrainConfig
 from sera.train.learner import LearnerConfig, LoraSettings, TorchLearner, load_causal_lm
+from sera.train.sharded_learner import ShardedLearner
 from sera.types import Task
 
 
@@ -29,21 +31,36 @@ def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
     return load_causal_lm(cfg.model.name)
 
 
-def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr: float | None = None) -> TorchLearner:
-    """The learner the config describes (loss options per loss, LoRA, dtype, device); `lr`
+def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None) -> LearnerConfig:
+    """The learner's settings from the config (loss options per loss, LoRA, dtype, device); `lr`
     replaces `optimizer.lr` (SFT's own rate)."""
     loss = cfg.loss
     options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
                "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
     lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
     o = cfg.optimizer
-    return TorchLearner(model, LearnerConfig(
+    return LearnerConfig(
         loss=loss.name, loss_options=options, lr=o.lr if lr is None else lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
         max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
         device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
         max_tokens_per_microbatch=cfg.model.microbatch_tokens,
         pad_id=tokenizer.pad_token_id or 0,
-    ), tokenizer=tokenizer)
+    )
+
+
+def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr: float | None = None) -> TorchLearner:
+    """The learner the config describes (`learner_config`) in this process."""
+    return TorchLearner(model, learner_config(cfg, tokenizer, lr=lr), tokenizer=tokenizer)
+
+
+def make_train_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner | ShardedLearner:
+    """`sera train`'s learner: `make_learner`, or with `model.fsdp_processes: N > 1` an FSDP2
+    learner over N processes whose followers load the same architecture (`load_model`) and start
+    from `model`'s weights."""
+    if cfg.model.fsdp_processes == 1:
+        return make_learner(cfg, model, tokenizer)
+    return ShardedLearner(model, tokenizer, learner_config(cfg, tokenizer), cfg.model.fsdp_processes,
+                          partial(load_model, cfg))
 
 
 def make_judge(cfg: TrainConfig) -> Any:

@@ -317,6 +317,8 @@ def run_sft(cfg: TrainConfig | None, out: str | Path, *, resume: bool = False,
     _save_trees(out / DEMOS_DIR / "train", train.trees)
     _save_trees(out / DEMOS_DIR / "val", val.trees)
     learner = make_learner(cfg, model, tokenizer, lr=cfg.sft.lr)
+    if cfg.model.fsdp_processes > 1:
+        log(f"model.fsdp_processes={cfg.model.fsdp_processes} is sera train's: SFT trains in this one process")
     metrics = MetricsSink(out / METRICS_FILE)
     log(f"demonstrations ({demo_seconds:.1f}s): train {train.counts['successful_trees']}/{len(train_tasks)} tasks "
         f"solved, {len(train.datums)} datums {train.by_stage()}, {train.trained_tokens} trained tokens; "
