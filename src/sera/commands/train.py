@@ -23,6 +23,7 @@ def train_command(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the first cycle of stages; train nothing.")] = False,
     fallback: Annotated[bool, typer.Option("--fallback", help="With --resume: if the newest checkpoint is corrupt, use the newest older one that is complete.")] = False,
     init_from: Annotated[Path | None, typer.Option("--init-from", help="Start from the weights of the newest checkpoint of this sera sft (or sera train) run directory; fresh optimizer.")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help="Sample on Ray rollout workers: 'local' (Ray on this machine), 'auto', HOST:PORT or ray://HOST:PORT; sets ray.address (ray.workers: how many).")] = None,
 ) -> None:
     """Train a policy with RL (RAO / SERA): `sera train --config C --preset P --out DIR [key=value ...]`.
 
@@ -33,9 +34,11 @@ def train_command(
     from sera.serving.errors import ServingError
     from sera.train.config import ConfigError, describe, load_config
     from sera.train.loop import CONFIG_FILE, TrainError, run_train
+    from sera.train.ray_rollouts import RayUnavailable
     from sera.train.sft import InitFromError
+    from sera.train.sharded_learner import LearnerGroupError
 
-    given = overrides(ctx, "optimizer.lr=1e-5")
+    given = overrides(ctx, "optimizer.lr=1e-5") + ([f"ray.address={ray}"] if ray is not None else [])
     if resume is not None and out is not None and out != resume:
         fail("give --resume DIR or --out DIR, not both")
     try:
@@ -61,7 +64,8 @@ def train_command(
         fail("--init-from starts a new run; a resumed run keeps the weights of its checkpoint (drop --init-from)")
     try:
         result = run_train(cfg, resume or out, resume=resume is not None, allow_fallback=fallback, init_from=init_from, log=log)
-    except (InitFromError, CheckpointError, TrainError, ServingError, CheckpointWriteError) as exc:  # ServingError: the sampler's (InfraFailure)
+    except (InitFromError, CheckpointError, TrainError, ServingError, CheckpointWriteError,  # ServingError: the sampler's (InfraFailure)
+            RayUnavailable, LearnerGroupError) as exc:
         fail(str(exc))
     Console().print(f"trained {result.version} updates in {result.steps} steps under {resume or out}/"
                     + (f" (stopped by {result.stopped_by})" if result.stopped_by else ""), soft_wrap=True)

@@ -36,6 +36,8 @@ PROBE: tuple[Message, ...] = (
 """The canary's fixed prompt (any text works; it only has to be the same every time)."""
 PROBE_TOKENS = 12
 """Tokens the canary generates and compares."""
+PROBE_SAMPLING = SamplingParams(temperature=0.0, max_tokens=PROBE_TOKENS, logprobs=True, seed=0)
+"""How the sampler completes the probe: greedy, with log-probabilities."""
 FP32_BOUND = 1e-3
 """Largest sampler-learner log-prob difference accepted in fp32 (the issue's bound)."""
 BF16_BOUND = 0.25
@@ -94,8 +96,13 @@ class WeightSync(Protocol):
 def canary_gaps(sampler: Any, learner: Any, sampling: SamplingParams | None = None) -> tuple[float, float, int]:
     """(max gap, mean gap, tokens) between the sampler's log-probs of a greedy probe completion and
     the learner's recompute of the same tokens."""
-    sampling = sampling or SamplingParams(temperature=0.0, max_tokens=PROBE_TOKENS, logprobs=True, seed=0)
-    completion: Completion = asyncio.run(sampler(list(PROBE), sampling))
+    completion: Completion = asyncio.run(sampler(list(PROBE), sampling or PROBE_SAMPLING))
+    return completion_gaps(completion, learner)
+
+
+def completion_gaps(completion: Completion, learner: Any) -> tuple[float, float, int]:
+    """(max gap, mean gap, tokens) between a sampler's probe completion (made elsewhere, e.g. by a
+    Ray worker) and the learner's recompute of the same tokens."""
     if not completion.token_ids or completion.logprobs is None or completion.prompt_token_ids is None:
         raise CanaryError("the canary needs a sampler that reports prompt ids, token ids and logprobs")
     recomputed = learner.sequence_logprobs(completion.prompt_token_ids, completion.token_ids).tolist()

@@ -357,6 +357,23 @@ class SamplerConfig(_Section):
     """The server (backend `vllm` only)."""
 
 
+class RayConfig(_Section):
+    """Rollout workers as Ray actors (`sera train --ray ADDRESS`, `sera.train.ray_rollouts`)."""
+
+    address: str | None = None
+    """null: sample in this process; `local`: start Ray on this machine (or join the Ray this
+    process already runs); otherwise a running cluster (`auto`, `HOST:PORT`, `ray://HOST:PORT`)."""
+    workers: int = Field(2, ge=1)
+    """Rollout worker actors; each samples its share of a round's trees with its own copy of the
+    policy, refreshed (and checked by the canary) at every weight sync."""
+    worker_cpus: float = Field(1.0, gt=0)
+    """CPUs Ray reserves for each worker (also its torch threads, at least 1)."""
+    connect_timeout_s: float = Field(30.0, gt=0)
+    """Longest wait to reach the cluster's address."""
+    max_replans: int = Field(2, ge=0)
+    """Times one tree is sampled again after its worker died before the round fails as infrastructure."""
+
+
 class PipelineConfig(_Section):
     """`sera pipeline` (the main job): evaluate, SFT, evaluate, RL, evaluate, report."""
 
@@ -433,6 +450,8 @@ class TrainConfig(_Section):
     """Where rollouts are sampled (in process, or a vLLM server with LoRA hot-loading)."""
     pipeline: PipelineConfig = PipelineConfig()
     """`sera pipeline` only: the main job's evaluations and time budget."""
+    ray: RayConfig = RayConfig()
+    """Rollout workers on Ray (off unless `ray.address` is set)."""
     seed: int = 0
     """Run seed (tree seeds and task order derive from it)."""
 
@@ -454,6 +473,12 @@ class TrainConfig(_Section):
         if n > 1 and self.sampler.backend != "inprocess":
             raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
                              "full-weight sync to vLLM is not built")
+        if self.ray.address is not None and self.sampler.backend != "inprocess":
+            raise ValueError(f"ray.address={self.ray.address!r}: Ray rollout workers sample with their own copy of the "
+                             "policy (sampler.backend=inprocess); workers against vLLM servers are not built")
+        if self.ray.address is not None and self.eval.every:
+            raise ValueError(f"ray.address={self.ray.address!r} with eval.every={self.eval.every}: periodic evaluation "
+                             "does not run on Ray workers yet; set eval.every=0 and use sera eval on the checkpoints")
         if self.sampler.backend == "vllm" and self.model.finetune != "lora":
             raise ValueError("sampler.backend='vllm' hot-loads the policy as a LoRA adapter: set model.finetune=lora "
                              "(full-weight sync to vLLM is not built)")

@@ -59,6 +59,7 @@ from sera.train.learner import TorchLearner
 from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
 from sera.train.progress import Progress
+from sera.train.ray_rollouts import RayRollouts
 from sera.train.run_dir import (
     CKPT_DIR, CONFIG_FILE, EVAL_DIR, ROLLOUTS_DIR, RESUMABLE_KEYS, NoLearningSignal, TrainError, prepare_run, trim_past,
 )
@@ -168,6 +169,18 @@ class TreeSampler:
         return [list(flat[i * K:(i + 1) * K]) for i in range(len(tasks))]
 
 
+def open_sampling(cfg: TrainConfig, out: Path, spec: EnvSpec, learner: Any, tokenizer: Any, inflight: InFlight,
+                  base_dir: Path | None, tree_policy: TreePolicy) -> tuple[SamplerBackend, TreeSampler | RayRollouts]:
+    """Where the run samples: Ray rollout workers (`ray.address`), which are their own backend,
+    else the config's backend (in process or vLLM) and a `TreeSampler` over its policy."""
+    if cfg.ray.address is not None:
+        rollouts = RayRollouts(cfg, tree_policy, inflight)
+        return rollouts, rollouts
+    backend = open_backend(cfg, out, learner, tokenizer, inflight, base_dir)
+    collector = make_collector(cfg, spec, backend.policy, make_judge(cfg))
+    return backend, TreeSampler(cfg, collector, backend.policy, tree_policy, inflight)
+
+
 def sample_round(cfg: TrainConfig, state: LoopState, tasks: list[Task], sampler: TreeSampler, stage: str, version: int,
                  method: Method, env: EnvTraining, decode: Callable[..., str]) -> Round:
     """The first draw of `batch_tasks` tasks and, when zero-variance tasks are dropped and refilled,
@@ -222,8 +235,8 @@ class Trainer:
     """The learner (in process, its module is also the sampler's unless the sampler has a copy)."""
     tokenizer: Any
     """The model's tokenizer (credit decodes launch spans with it)."""
-    sampler: TreeSampler
-    """Samples a round's trees."""
+    sampler: TreeSampler | RayRollouts
+    """Samples a round's trees (in this process, or on Ray workers)."""
     backend: SamplerBackend
     """Where rounds are sampled: brings the sampler to the new weights after an update (with the
     canary) and recovers it after an infrastructure failure."""
@@ -417,13 +430,12 @@ def run_train(
     inflight = InFlight()
     stopped_by = None
     with stop_on_signals() as received, closing(learner):  # from here on a signal only stops the loop
-        backend = open_backend(cfg, out, learner, tokenizer, inflight, base_dir)
+        backend, sampler = open_sampling(cfg, out, spec, learner, tokenizer, inflight, base_dir,
+                                         tree_policy or default_tree_policy)
         try:
             trainer = Trainer(
                 cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
-                tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer,
-                sampler=TreeSampler(cfg, make_collector(cfg, spec, backend.policy, make_judge(cfg)), backend.policy,
-                                    tree_policy or default_tree_policy, inflight),
+                tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer, sampler=sampler,
                 backend=backend, clock=StageClock(cfg.resolved_method().stage_schedule), state=LoopState(),
                 inflight=inflight,
                 evaluator=make_evaluator(cfg, spec, backend.policy, out) if cfg.eval.every else None,

@@ -1,0 +1,285 @@
+"""Rollout workers as Ray actors (`ray.address`; `sera train --ray ADDRESS`).
+
+The driver (`run_train`: cursor, credit, learner, journal, checkpoints) stays one process. Each
+`RolloutWorker` actor holds its own copy of the policy (a `TransformersSampler` over the model in
+the sampler's dtype), the environment and the collector, and samples the trees the driver
+assigns it. `RayRollouts` is both the loop's tree sampler and its `SamplerBackend`:
+
+- `sample(tasks, step, stage, version)`: tree k of a task goes to worker (i mod W), i its index in
+  the round; a tree's seed comes from (run seed, step, task id, k) as in one process, so the same
+  trees come back whichever worker samples them. Each tree returns to the driver, which alone
+  writes the journal. A worker that dies mid-tree loses only its unfinished trees: Ray restarts
+  the actor, the driver reloads its weights and gives those trees to the next worker; every tree
+  is kept once, by its index. After `ray.max_replans` re-plans of one tree the round fails as
+  infrastructure (`InfraFailure`), never as a model result.
+- `sync(learner, version)`: the learner's weights go once into Ray's object store; every worker
+  copies them into its module and completes the canary's probe; the driver recomputes the
+  probe's log-probabilities with the learner and fails the sync (`CanaryError`) when any worker
+  is past the bound. A worker samples only at the version it loaded (else it refuses the tree).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from sera.eval.seeds import sample_seed
+from sera.serving.errors import InfraFailure
+from sera.serving.weight_sync import (
+    BF16_BOUND, FP32_BOUND, PROBE, PROBE_SAMPLING, CanaryError, SyncError, SyncReport, completion_gaps, copy_weights,
+)
+from sera.train.config import TrainConfig
+from sera.train.sampling import InFlight, SeededPolicy, TreePolicy
+from sera.types import RolloutTree, Task
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is missing, or the cluster at `ray.address` cannot be reached; one line."""
+
+
+class StaleWorker(RuntimeError):
+    """A worker was asked for a tree at a policy version it has not loaded (it restarted)."""
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    """What a worker sends back for one tree."""
+
+    tree: RolloutTree
+    """The sampled tree."""
+    calls: int
+    """Policy calls the tree made."""
+    failures: dict[str, int]
+    """Policy calls of this tree that raised, by kind (the driver's infrastructure check)."""
+    worker: int
+    """Index of the worker that sampled it."""
+
+
+class RolloutWorker:
+    """One rollout worker (run as a Ray actor): a policy copy, the environment and the collector."""
+
+    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, index: int) -> None:
+        from sera.envs.registry import get_env
+        from sera.policy.transformers_sampler import TransformersSampler
+        from sera.train.sampler_setup import samples_from_bf16_copy
+        from sera.train.setup import load_model, make_collector, make_judge
+
+        torch.set_num_threads(max(1, int(cfg.ray.worker_cpus)))
+        self.cfg, self.tree_policy, self.index = cfg, tree_policy, index
+        model, tokenizer = load_model(cfg)  # the architecture; its weights are replaced at the first load
+        dtype = torch.bfloat16 if samples_from_bf16_copy(cfg) else torch.float32
+        self.module = model.to(dtype).eval().requires_grad_(False)
+        self.sampler = TransformersSampler(self.module, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
+                                           prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
+        self.spec = get_env(cfg.environment.name)
+        self.collector = make_collector(cfg, self.spec, self.sampler, make_judge(cfg))
+        self.version: int | None = None
+
+    def load(self, weights: dict[str, torch.Tensor], version: int) -> int:
+        """Copy `weights` into this worker's module as policy `version` (nothing when it holds that
+        version already: it may be sampling with it); returns the index."""
+        if self.version == version:
+            return self.index
+        self.sampler.release_memory()  # cached keys/values belong to the old weights
+        copy_weights(weights, self.module)
+        self.version = version
+        return self.index
+
+    async def probe(self) -> Any:
+        """The canary's probe, completed greedily with log-probabilities."""
+        return await self.sampler(list(PROBE), PROBE_SAMPLING)
+
+    async def sample(self, task: Task, k: int, step: int, stage: str, version: int) -> TreeResult:
+        """Tree k of `task` at `step`, seeded as in one process; refuses a version not loaded."""
+        if self.version != version:
+            raise StaleWorker(f"worker {self.index} holds policy version {self.version}, the round samples {version}")
+        seed = sample_seed(self.cfg.seed, f"{step}/{task.id}", k)
+        calls = InFlight()  # this tree's own count: the actor runs several trees at once
+        policy = SeededPolicy(self.tree_policy(self.sampler, task, k), seed, calls, version)
+        tree = await replace(self.collector, policy=policy).collect(
+            task, self.spec.root_env(task), stage, seed=seed, policy_version=version)
+        return TreeResult(tree=tree, calls=calls.calls, failures=dict(calls.failures), worker=self.index)
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """A one-line `RayUnavailable` when `HOST:PORT` (or `ray://HOST:PORT`) does not accept a TCP
+    connection within `timeout_s` (ray.init would retry for a minute before failing)."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return  # `auto` and other forms: ray.init reports them itself
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise RayUnavailable(f"ray.address={address!r}: cannot reach {host}:{port} within {timeout_s:g}s ({exc})") from None
+
+
+def connect(cfg: TrainConfig) -> bool:
+    """Join (or start, for `local`) the Ray cluster of `ray.address`; True when this call started
+    or joined it (so the caller shuts it down), False when this process was already connected."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("ray.address is set but Ray is not installed (pip install 'ray==2.52.0')") from None
+    if ray.is_initialized():
+        return False
+    address = cfg.ray.address
+    assert address is not None
+    if address != "local":
+        check_reachable(address, cfg.ray.connect_timeout_s)
+    try:
+        if address == "local":
+            ray.init(num_cpus=max(os.cpu_count() or 1, int(cfg.ray.workers * cfg.ray.worker_cpus)),
+                     include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RayUnavailable(f"ray.address={address!r}: {first[:200]}") from None
+    return True
+
+
+class RayRollouts:
+    """The driver's side of the Ray rollout workers: the loop's tree sampler and sampler backend."""
+
+    policy = None
+    """No sampler in the driver: the workers hold the policy."""
+
+    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, inflight: InFlight) -> None:
+        """Connect to `ray.address` and start `ray.workers` actors (each loads the model)."""
+        import ray
+
+        self.cfg, self.inflight = cfg, inflight
+        self.owns_ray = connect(cfg)
+        self.bound = BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND
+        self.restarts = 0
+        """Always 0: Ray restarts the workers itself (`replanned` counts what that cost)."""
+        self.replanned = 0
+        """Trees sampled again this run because their worker died or had restarted."""
+        actor = ray.remote(RolloutWorker).options(
+            num_cpus=cfg.ray.worker_cpus, max_restarts=-1, max_task_retries=0,
+            max_concurrency=max(1, cfg.rollout.concurrency) + 2)  # the trees plus a load or probe
+        self.workers = [actor.remote(cfg, tree_policy, i) for i in range(cfg.ray.workers)]
+        self._weights: Any = None
+        self._version: int | None = None
+
+    # -- sampling ----------------------------------------------------------------------------------------
+
+    def sample(self, tasks: list[Task], step: int, stage: str, version: int) -> list[list[RolloutTree]]:
+        """The round's trees (K per task, in task order), sampled across the workers."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        K = self.cfg.rollout.trees_per_task
+        jobs = [(task, k) for task in tasks for k in range(K)]
+        trees: dict[int, RolloutTree] = {}
+        replans = dict.fromkeys(range(len(jobs)), 0)
+
+        def submit(i: int, worker: int) -> Any:
+            task, k = jobs[i]
+            return self.workers[worker].sample.remote(task, k, step, stage, version)
+
+        pending = {submit(i, i % len(self.workers)): i for i in range(len(jobs))}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            i = pending.pop(done[0])
+            try:
+                result: TreeResult = ray.get(done[0])
+            except (RayActorError, RayTaskError) as exc:
+                if isinstance(exc, RayTaskError) and not isinstance(exc.as_instanceof_cause(), StaleWorker):
+                    raise  # a bug in the collector, not the infrastructure
+                replans[i] += 1
+                if replans[i] > self.cfg.ray.max_replans:
+                    raise InfraFailure(f"step {step}: tree {jobs[i][1]} of task {jobs[i][0].id} was re-planned "
+                                       f"{self.cfg.ray.max_replans} times and its worker failed again: {_first_line(exc)}")
+                self.replanned += 1
+                worker = (i + replans[i]) % len(self.workers)
+                self._reload(worker, version)
+                pending[submit(i, worker)] = i
+                continue
+            trees[i] = result.tree
+            for kind, n in result.failures.items():
+                self.inflight.failures[kind] = self.inflight.failures.get(kind, 0) + n
+            self.inflight.calls += result.calls
+        flat = [trees[i] for i in range(len(jobs))]
+        return [flat[j * K:(j + 1) * K] for j in range(len(tasks))]
+
+    def _reload(self, worker: int, version: int) -> None:
+        """Bring a (restarted) worker to the round's weights; waits for Ray to restart it."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if self._weights is None or self._version != version:
+            raise SyncError(f"no weights of policy version {version} to load into worker {worker}")
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                ray.get(self.workers[worker].load.remote(self._weights, version))
+                return
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    raise InfraFailure(f"rollout worker {worker} did not come back within 300s") from None
+                time.sleep(1.0)
+
+    # -- the backend ---------------------------------------------------------------------------------------
+
+    def sync(self, learner: Any, version: int) -> SyncReport:
+        """Every worker loads the learner's weights as `version`, then the canary on each."""
+        import ray
+
+        start = time.perf_counter()
+        source = learner.full_weights() if hasattr(learner, "full_weights") else dict(learner.model.named_parameters())
+        dtype = torch.bfloat16 if self.bound == BF16_BOUND else torch.float32
+        weights = {name: tensor.detach().to("cpu", dtype, copy=True) for name, tensor in source.items()}
+        self._weights, self._version = ray.put(weights), version
+        try:
+            ray.get([w.load.remote(self._weights, version) for w in self.workers])
+        except Exception as exc:  # noqa: BLE001 - one line for the loop
+            raise SyncError(f"loading policy version {version} into the Ray workers failed: {_first_line(exc)}") from None
+        loaded = time.perf_counter()
+        worst, mean, n, who = 0.0, 0.0, 0, 0
+        for index, completion in enumerate(ray.get([w.probe.remote() for w in self.workers])):
+            gap, gap_mean, tokens = completion_gaps(completion, learner)
+            if gap >= worst:
+                worst, who = gap, index
+            mean, n = max(mean, gap_mean), tokens
+        if worst > self.bound:
+            raise CanaryError(f"canary failed after the update to policy version {version}: Ray worker {who}'s "
+                              f"log-probs of the probe differ from the learner's by up to {worst:.3g} (bound "
+                              f"{self.bound:g}); it is not sampling with the trained weights")
+        end = time.perf_counter()
+        return SyncReport(version=version, seconds=end - start, canary_gap=worst, canary_mean_gap=mean,
+                          canary_tokens=n, load_s=loaded - start, canary_s=end - loaded)
+
+    def before_update(self) -> None:
+        """Nothing: the workers free their caches when they load new weights."""
+
+    def recover(self, reason: str) -> None:
+        """Nothing to restart here: Ray restarts dead actors, and `sample` re-plans their trees."""
+
+    def where(self) -> str:
+        """Where the workers' logs are."""
+        return "the Ray workers' logs (ray logs, or /tmp/ray/session_latest/logs on their nodes)"
+
+    def close(self) -> None:
+        """End the workers, and the Ray connection this run made."""
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        if self.owns_ray:
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+__all__ = ["RayRollouts", "RayUnavailable", "RolloutWorker", "StaleWorker", "TreeResult", "check_reachable", "connect"]
