@@ -274,7 +274,7 @@ def test_the_easy_main_job_is_the_starter_job_one_tier_up() -> None:
                for key in starter[section] if starter[section][key] != easy[section][key]}
     assert changed == {
         ("environment", "split"), ("environment", "difficulty"), ("optimizer", "lr"),
-        ("rollout", "batch_tasks"), ("rollout", "concurrency"), ("rollout", "max_tokens"),
+        ("rollout", "batch_tasks"), ("rollout", "trees_per_task"), ("rollout", "max_tokens"),
         ("sft", "val_split"), ("pipeline", "budget_minutes"), ("pipeline", "eval_split"),
         ("pipeline", "eval_difficulty"),
     }
