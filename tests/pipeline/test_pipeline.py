@@ -282,3 +282,24 @@ def test_sampled_evaluations_pair_by_task_and_sample_with_the_same_seeds(tmp_pat
     assert json.loads((tmp_path / "a" / "run.json").read_text())["sampling"]["temperature"] == 1.0
     with pytest.raises(ConfigError, match=r"pipeline.eval_samples=2 with pipeline.eval_temperature=0: greedy samples"):
         load_config(CONFIG, overrides=["pipeline.eval_samples=2"])
+
+
+def test_fewer_samples_before_sft_pair_with_the_same_samples_after(tmp_path: Path) -> None:
+    """`pipeline.eval_base_samples=1`: the base model's evaluation rolls each task out once, the
+    one after SFT twice; the paired test uses the (task, sample 0) pairs and the report says so;
+    more base samples than `eval_samples` are refused."""
+    from sera.pipeline.evalstats import eval_stats
+    from sera.stats import PairedChange
+    from sera.train.config import ConfigError, load_config
+
+    sampled = ["pipeline.eval_samples=2", "pipeline.eval_temperature=1.0", "pipeline.rl=false"]
+    out = tmp_path / "job"
+    result = pipeline(out, *sampled, "pipeline.eval_base_samples=1")
+    assert result.exit_code == 0, result.output
+    base, sft = eval_stats(out / "eval_base"), eval_stats(out / "eval_sft")
+    assert (base.success.n, sft.success.n) == (6, 12)
+    assert {key.split("#")[1] for key in base.outcomes} == {"0"}
+    assert PairedChange.of(base.outcomes, sft.outcomes).paired == 6
+    assert "before SFT one rollout per task, paired with the same samples after SFT" in (out / "report.md").read_text()
+    with pytest.raises(ConfigError, match=r"pipeline.eval_base_samples=3 is more than pipeline.eval_samples=2"):
+        load_config(CONFIG, overrides=[*sampled, "pipeline.eval_base_samples=3"])

@@ -74,9 +74,11 @@ def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str |
     return TransformersSampler(model, tokenizer, max_batch_size=eval_concurrency(cfg)), name, identity
 
 
-def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> tuple[EvalSummary, dict[str, Any]]:
-    """Evaluate (resuming what `out` holds); returns the summary and `eval_detail`. `PhaseFailed`
-    (infra) when rollouts were lost to the infrastructure."""
+def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None,
+                   samples: int | None = None) -> tuple[EvalSummary, dict[str, Any]]:
+    """Evaluate (resuming what `out` holds) with `samples` rollouts per task (None:
+    `pipeline.eval_samples`); returns the summary and `eval_detail`. `PhaseFailed` (infra) when
+    rollouts were lost to the infrastructure."""
     spec = get_env(cfg.environment.name)
     tasks = eval_tasks(cfg, spec)
     runtime = eval_runtime(cfg, spec)
@@ -91,7 +93,7 @@ def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None) -> 
             return await evaluate(
                 tasks, policy, spec.root_env, out, env_name=spec.name, split=source, policy_name=f"hf:{model_name}",
                 config=runtime, concurrency=eval_concurrency(cfg), show_progress=False, seed=cfg.seed,
-                samples=cfg.pipeline.eval_samples,
+                samples=samples or cfg.pipeline.eval_samples,
                 rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, policy),
             )
         finally:

@@ -57,9 +57,10 @@ def dependents(name: str) -> list[str]:
     return direct + [d for p in direct for d in dependents(p)]
 
 
-def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None) -> dict[str, Any]:
-    """An evaluation phase: `weights` None for the config's base model."""
-    _, detail = run_evaluation(cfg, folder, weights)
+def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None, samples: int | None = None) -> dict[str, Any]:
+    """An evaluation phase: `weights` None for the config's base model; `samples` rollouts per
+    task (None: `pipeline.eval_samples`)."""
+    _, detail = run_evaluation(cfg, folder, weights, samples)
     return detail
 
 

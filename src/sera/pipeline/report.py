@@ -161,6 +161,7 @@ def collect(out: Path) -> ReportData:
                 "eval_split": eval_split(cfg, get_env(cfg.environment.name)),
                 "eval_difficulty": p.eval_difficulty, "eval_tasks": p.eval_tasks,
                 "eval_samples": p.eval_samples, "eval_temperature": p.eval_temperature,
+                "eval_base_samples": p.eval_base_samples,
                 "eval_max_calls": p.eval_max_calls or cfg.rollout.max_calls_per_agent,
                 "max_tokens": cfg.rollout.max_tokens, "max_depth": cfg.rollout.max_depth,
                 "repetition_stop": cfg.rollout.repetition_stop,
@@ -208,6 +209,7 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
         infra_failures=sum(e.infra_failures for e in data.evaluations.values()),
         tasks=data.config["eval_tasks"] if done else None,
         samples=data.config.get("eval_samples", 1), temperature=data.config.get("eval_temperature", 0.0),
+        base_samples=data.config.get("eval_base_samples"),
         trees_per_task=data.config.get("trees_per_task") if data.config.get("rl") else None,
     )
 
@@ -247,7 +249,7 @@ def render(data: ReportData) -> str:
         ["method / environment / model", f"{c['method']} / {c['environment']} ({c['train_difficulty'] or 'all'} training tasks) "
                                          f"/ {c['model']} ({c['dtype']})"],
         ["fixed evaluation set", f"the first {c['eval_tasks']} tasks of split {c['eval_split']}, band "
-                                 f"{c['eval_difficulty'] or 'all'}; {eval_sampling(c.get('eval_samples', 1), c.get('eval_temperature', 0.0))}; at most {c['eval_max_calls']} "
+                                 f"{c['eval_difficulty'] or 'all'}; {eval_sampling(c.get('eval_samples', 1), c.get('eval_temperature', 0.0), c.get('eval_base_samples'))}; at most {c['eval_max_calls']} "
                                  f"policy calls per agent, {c['max_tokens']} tokens per call, depth ≤ {c['max_depth']}"
                                  + (f"; a reply ends once its last {c['repetition_stop']} tokens loop"
                                     if c.get("repetition_stop") else "")],

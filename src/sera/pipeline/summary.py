@@ -44,17 +44,24 @@ class Facts:
     """RL's group size K (None: no RL configured): the pre-flight reads it."""
     samples: int = 1
     """Rollouts per task in each evaluation."""
+    base_samples: int | None = None
+    """Rollouts per task before SFT when fewer than `samples` (None: the same)."""
     temperature: float = 0.0
     """Sampling temperature of the evaluations (0: greedy)."""
 
 
-def eval_sampling(samples: int, temperature: float) -> str:
+def eval_sampling(samples: int, temperature: float, base_samples: int | None = None) -> str:
     """How each task of the fixed set is rolled out, e.g. `4 rollouts at temperature 1 (paired by
-    task and sample: the same seeds every time)` or `one greedy rollout`."""
+    task and sample: the same seeds every time)` or `one greedy rollout`; `base_samples` (fewer
+    rollouts before SFT) adds how that evaluation pairs."""
     if not temperature:
         return "one greedy rollout"
     each = "one rollout" if samples == 1 else f"{samples} rollouts"
-    return f"{each} at temperature {temperature:g} (paired by task and sample: the same seeds every time)"
+    text = f"{each} at temperature {temperature:g} (paired by task and sample: the same seeds every time"
+    if base_samples is not None and base_samples < samples:
+        before = "one rollout" if base_samples == 1 else f"{base_samples} rollouts"
+        text += f"; before SFT {before} per task, paired with the same samples after SFT"
+    return text + ")"
 
 
 def summary_sentences(facts: Facts) -> list[str]:
@@ -75,7 +82,7 @@ def summary_sentences(facts: Facts) -> list[str]:
         out.append(f"{facts.infra_failures} evaluation rollout(s) failed for infrastructure reasons; they are "
                    f"reported apart and not counted as model results.")
     if facts.tasks is not None:
-        out.append(f"Each evaluation is {eval_sampling(facts.samples, facts.temperature)} on each of the same "
+        out.append(f"Each evaluation is {eval_sampling(facts.samples, facts.temperature, facts.base_samples)} on each of the same "
                    f"{facts.tasks} held-out tasks; {RULE}.")
     return out
 

@@ -394,6 +394,10 @@ class PipelineConfig(_Section):
     eval_samples: int = Field(1, ge=1)
     """Rollouts per task in each evaluation, sample k with the same seed every time, so the three
     evaluations pair by (task, sample); more than 1 needs `eval_temperature` > 0."""
+    eval_base_samples: int | None = Field(None, ge=1)
+    """Rollouts per task in the evaluation before SFT; null: `eval_samples`. Where the base model
+    solves nothing (the main job's tasks), 1 leaves RL the time of the others; the paired test
+    against the evaluation after SFT uses the (task, sample) pairs both have."""
     eval_concurrency: int | None = Field(None, ge=1)
     """Rollouts the evaluations run at once (one batched forward serves them); null:
     `rollout.concurrency`. On a CPU, decode throughput grows with the batch well past RL's 8."""
@@ -411,6 +415,9 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _samples_need_sampling(self) -> PipelineConfig:
+        if self.eval_base_samples is not None and self.eval_base_samples > self.eval_samples:
+            raise ValueError(f"pipeline.eval_base_samples={self.eval_base_samples} is more than pipeline.eval_samples="
+                             f"{self.eval_samples}: the extra samples would pair with nothing")
         if self.eval_samples > 1 and self.eval_temperature == 0:
             raise ValueError(f"pipeline.eval_samples={self.eval_samples} with pipeline.eval_temperature=0: greedy "
                              f"samples of a task are identical; set eval_temperature > 0 or eval_samples: 1")
