@@ -368,6 +368,8 @@ class RayConfig(_Section):
     policy, refreshed (and checked by the canary) at every weight sync."""
     worker_cpus: float = Field(1.0, gt=0)
     """CPUs Ray reserves for each worker (also its torch threads, at least 1)."""
+    worker_gpus: float = Field(0.0, ge=0)
+    """GPUs Ray reserves for each worker; above 0 the worker samples on its GPU, else on its CPUs."""
     connect_timeout_s: float = Field(30.0, gt=0)
     """Longest wait to reach the cluster's address."""
     max_replans: int = Field(2, ge=0)

@@ -73,7 +73,8 @@ class RolloutWorker:
         self.cfg, self.tree_policy, self.index = cfg, tree_policy, index
         model, tokenizer = load_model(cfg)  # the architecture; its weights are replaced at the first load
         dtype = torch.bfloat16 if samples_from_bf16_copy(cfg) else torch.float32
-        self.module = model.to(dtype).eval().requires_grad_(False)
+        device = "cuda" if cfg.ray.worker_gpus > 0 else "cpu"  # Ray sets the worker's visible GPU
+        self.module = model.to(device, dtype).eval().requires_grad_(False)
         self.sampler = TransformersSampler(self.module, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
                                            prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
         self.spec = get_env(cfg.environment.name)
@@ -163,7 +164,7 @@ class RayRollouts:
         self.replanned = 0
         """Trees sampled again this run because their worker died or had restarted."""
         actor = ray.remote(RolloutWorker).options(
-            num_cpus=cfg.ray.worker_cpus, max_restarts=-1, max_task_retries=0,
+            num_cpus=cfg.ray.worker_cpus, num_gpus=cfg.ray.worker_gpus, max_restarts=-1, max_task_retries=0,
             max_concurrency=max(1, cfg.rollout.concurrency) + 2)  # the trees plus a load or probe
         self.workers = [actor.remote(cfg, tree_policy, i) for i in range(cfg.ray.workers)]
         self._weights: Any = None
