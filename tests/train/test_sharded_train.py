@@ -8,23 +8,19 @@ groups have variance and every step updates.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
-import torch
-from typer.testing import CliRunner
 
-from sera.cli import app
 from sera.checkpoints.store import load_latest
 from sera.policy.model_registry import load_registered
 from sera.train import loop
 from sera.train.learner import LearnerConfig, TorchLearner
 from sera.train.sharded_learner import LearnerGroupError, ShardedLearner
 from .test_fsdp_learner import _datums
-from .test_loop import CONFIG, SMALL, expert_on_tree_zero
+from .test_loop import CONFIG, SMALL, _mixed, metrics, train, weights  # noqa: F401 - _mixed: the expert on tree 0
 
 LOSS_RTOL = 1e-5
 """Relative tolerance on step 0's loss and gradient norm: the sharded step sums the same
@@ -32,25 +28,6 @@ per-token gradients in another order (test_fsdp_learner.py)."""
 WEIGHT_ATOL = 1e-3
 """Largest weight difference after two steps (step 1 re-samples TextCraft, which is equal in
 distribution only: test_loop.py's resume tolerance)."""
-
-
-@pytest.fixture(autouse=True)
-def _mixed(monkeypatch):
-    monkeypatch.setattr(loop, "default_tree_policy", expert_on_tree_zero)
-
-
-def train(*args: str) -> str:
-    result = CliRunner().invoke(app, ["train", *args])
-    assert result.exit_code == 0, result.output + repr(result.exception)
-    return result.output
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(load_latest(run / loop.CKPT_DIR).file("learner.pt"), weights_only=True)["weights"]
 
 
 def test_two_process_run_matches_the_single_process_run_and_resumes(tmp_path: Path) -> None:
