@@ -139,8 +139,12 @@ class ShardedLearner:
             self.learner = FsdpLearner(model, config, tokenizer=tokenizer)
             self.learner.broadcast_weights(start_weights)
             self._collect_replies("start", group_timeout_s + 600.0)
-        except BaseException:
+        except BaseException as exc:
+            reason = self._reason()
             self._end(graceful=False)
+            if isinstance(exc, (RuntimeError, TimeoutError, dist.DistError)):
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                raise LearnerGroupError(f"the {processes}-process learner did not start: {first}{reason}") from None
             raise
         del start_weights
         self.config = config
@@ -149,6 +153,7 @@ class ShardedLearner:
     # -- the command channel -----------------------------------------------------------------------
 
     def _check_alive(self, doing: str) -> None:
+        """`LearnerGroupError` when a follower has exited (with its posted error, if any)."""
         for rank, follower in enumerate(self._followers, start=1):
             if follower.exitcode is not None:
                 raise LearnerGroupError(f"learner rank {rank} exited with code {follower.exitcode} before {doing}"
