@@ -5,7 +5,9 @@ The server must run with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=T
 adapter folder (the peft layout: `adapter_config.json` with at least `r`, `lora_alpha` and
 `target_modules`, and `adapter_model.safetensors`) from the server's own disk and makes the
 name a model that requests can ask for; `POST /v1/unload_lora_adapter {"lora_name"}` removes
-the name. vLLM refuses a name that is already loaded (unless in place, which we never do: an
+the name. For full weights, `reload_weights(path)` asks the server to read a model folder in
+place (`POST /collective_rpc` with vLLM's `reload_weights`, a dev-mode route:
+`VLLM_SERVER_DEV_MODE=1`) and then `POST /reset_prefix_cache`. vLLM refuses a name that is already loaded (unless in place, which we never do: an
 in-place reload can reuse prefix-cache blocks of the old weights), a rank above
 `--max-lora-rank`, and adapters it cannot read.
 
@@ -36,6 +38,10 @@ class AdapterLoadError(AdminError):
 
 class AdapterUnloadError(AdminError):
     """The server refused to unload an adapter."""
+
+
+class WeightsLoadError(AdminError):
+    """The server refused to reload its weights (or to reset its prefix cache)."""
 
 
 class ServerUnreachable(AdminError):
@@ -106,8 +112,22 @@ class AdapterAdmin:
                 f"HTTP {refused.status}: {refused.message}"
             ) from None
 
-    def _call(self, method: str, route: str, payload: dict[str, Any] | None, *, what: str) -> bytes:
-        url = f"{self.base_url.rstrip('/')}/{route}"
+    def reload_weights(self, path: str) -> None:
+        """Make the server read its weights again, in place, from the model folder `path`
+        (vLLM's `reload_weights` through `/collective_rpc`, which needs `VLLM_SERVER_DEV_MODE=1`),
+        then drop its prefix cache, whose blocks were computed with the old weights."""
+        for route, payload, what in (("collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}},
+                                      f"reload weights from {path}"),
+                                     ("reset_prefix_cache", {}, "reset the prefix cache")):
+            try:
+                self._call("POST", route, payload, what=what, root=True)
+            except _Refused as refused:
+                hint = " (start the server with VLLM_SERVER_DEV_MODE=1)" if refused.status == 404 else ""
+                raise WeightsLoadError(f"the vLLM server at {self.root} refused to {what}: HTTP {refused.status}: "
+                                       f"{refused.message}{hint}") from None
+
+    def _call(self, method: str, route: str, payload: dict[str, Any] | None, *, what: str, root: bool = False) -> bytes:
+        url = f"{self.root if root else self.base_url.rstrip('/')}/{route}"
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(url, data=data, method=method,
                                          headers={"Content-Type": "application/json"})

@@ -1,11 +1,13 @@
-"""The vLLM sampler backend: a server serving the learner's base model, the policy as a LoRA adapter.
+"""The vLLM sampler backend: a server serving the learner's base model and the policy as a LoRA
+adapter, or (full fine-tuning) the policy's full weights.
 
 `open_vllm_backend` starts a server (`VllmSettings.base_url` None: `sampler.vllm.base_url` null)
 or uses the given one, and samples through an `OpenAISampler` with the model's tokenizer that
 requires token ids and log-probs (`ThreadedPolicy` keeps its HTTP client on one event loop
 across the loop's rounds).
 Weights reach the server by `VLLMAdapterSync` (save, hot-load as `policy-v{version:06d}`, route,
-unload the previous one, canary).
+unload the previous one, canary) or, for full weights, `VLLMWeightsSync` (save
+`OUT/weights/v{version:06d}`, restart the server on it or reload it in place, canary).
 
 **The base must be exactly the learner's.** `serving_base` picks the folder the server loads:
 the converted SmolLM2 folder for `model.name: smollm2` without `--init-from`; otherwise (the
@@ -36,6 +38,7 @@ from sera.serving.errors import InfraFailure, ServingError
 from sera.serving.vllm_admin import AdapterAdmin, AdminError, ServerUnreachable
 from sera.serving.vllm_server import SETUP_HINT, LoraServing, VLLMServer, VLLMServerError, lora_rank_limit
 from sera.serving.vllm_sync import ADAPTERS_DIR, VLLMAdapterSync
+from sera.serving.vllm_weights_sync import WEIGHTS_DIR, VLLMWeightsSync
 from sera.serving.weight_sync import SyncError, SyncReport
 
 SERVED_BASE = "base"
@@ -74,6 +77,9 @@ class VllmSettings:
     """Longest wait for one completion."""
     extra_args: tuple[str, ...] = ()
     """More command-line arguments for a started server."""
+    full_sync: str | None = None
+    """None: the policy is a LoRA adapter; `restart` / `reload`: full weights, and how the server
+    takes them (`VLLMWeightsSync`)."""
 
 
 def serving_base(out: Path, model: torch.nn.Module, tokenizer: Any, *, model_name: str, initialized: bool) -> Path:
@@ -106,12 +112,12 @@ def serving_base(out: Path, model: torch.nn.Module, tokenizer: Any, *, model_nam
 
 @dataclass
 class VllmBackend:
-    """Sampling through a vLLM server, the policy hot-loaded as a LoRA adapter."""
+    """Sampling through a vLLM server, the policy hot-loaded as a LoRA adapter or served as full weights."""
 
     sampler: OpenAISampler
-    """The HTTP sampler; its `model` is the adapter the next requests ask for."""
-    adapters: VLLMAdapterSync
-    """Saves, loads and checks the adapters."""
+    """The HTTP sampler; its `model` is the adapter (or the served base name) the next requests ask for."""
+    adapters: VLLMAdapterSync | VLLMWeightsSync
+    """Saves, loads and checks the adapters (or the full weights)."""
     server: VLLMServer | None
     """The server sera started, or None for one given by `sampler.vllm.base_url`."""
     max_restarts: int
@@ -138,7 +144,7 @@ class VllmBackend:
         return f"see the log of the vLLM server at {self.sampler.base_url}"
 
     def sync(self, learner: Any, version: int) -> SyncReport:
-        """`VLLMAdapterSync.sync`, once more after `recover` when the server did not answer;
+        """The weights sync, once more after `recover` when the server did not answer;
         every failure a `SyncError` naming its cause."""
         try:
             try:
@@ -156,8 +162,7 @@ class VllmBackend:
         reason = " ".join(reason.split())[:300]
         try:
             if self.server.alive() if self.server is not None else self.admin.healthy():
-                current = self.adapters.current
-                if current is not None and current[0] not in self.admin.models():
+                if self.adapters.needs_reload():
                     self.adapters.reload()
                 return
             if self.server is None:
@@ -200,8 +205,9 @@ def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flig
         server = VLLMServer(
             python=v.python, model_dir=base_dir.resolve(), served_name=SERVED_BASE, dtype=v.dtype,
             kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
-            lora=LoraServing(max_rank=lora_rank_limit(v.lora_rank), max_loras=2),
+            lora=None if v.full_sync else LoraServing(max_rank=lora_rank_limit(v.lora_rank), max_loras=2),
             cpu=not torch.cuda.is_available(), prefix_caching=True, extra_args=tuple(v.extra_args),
+            extra_env={"VLLM_SERVER_DEV_MODE": "1"} if v.full_sync == "reload" else {},
             log_path=(out / SERVER_LOG).resolve(),
         )
         try:
@@ -228,8 +234,17 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
         http=HttpSettings(request_timeout_s=v.request_timeout_s, total_timeout_s=3 * v.request_timeout_s,
                           max_retries=2, backoff_s=(1.0, 4.0)),
     )
-    adapters = VLLMAdapterSync(admin=admin, sampler=None, route=lambda name: setattr(sampler, "model", name),
-                               folder=out / ADAPTERS_DIR, bound=v.canary_bound, in_flight=in_flight)
+    adapters: VLLMAdapterSync | VLLMWeightsSync
+    if v.full_sync is None:
+        adapters = VLLMAdapterSync(admin=admin, sampler=None, route=lambda name: setattr(sampler, "model", name),
+                                   folder=out / ADAPTERS_DIR, bound=v.canary_bound, in_flight=in_flight)
+    else:
+        try:
+            adapters = VLLMWeightsSync(admin=admin, server=server, sampler=None, folder=out / WEIGHTS_DIR,
+                                       mode=v.full_sync, bound=v.canary_bound, start_timeout_s=v.start_timeout_s,
+                                       in_flight=in_flight)  # type: ignore[arg-type]
+        except SyncError as exc:
+            raise ServingError(str(exc)) from None
     backend = VllmBackend(sampler=sampler, adapters=adapters, server=server, max_restarts=v.restarts,
                           start_timeout_s=v.start_timeout_s)
     adapters.sampler = backend.policy  # the canary goes through the routed sampler, on its own loop

