@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sera.serving.vllm_admin import AdapterAdmin
-from sera.serving.weight_sync import SyncError, SyncReport, check_canary
+from sera.serving.weight_sync import SyncError, SyncReport, check_canary, check_idle
 
 ADAPTERS_DIR = "adapters"
 """Adapter folders of a run, `OUT/adapters/v{version:06d}/` (only the current one is kept)."""
@@ -76,15 +76,8 @@ class VLLMAdapterSync:
     def sync(self, learner: Any, version: int) -> SyncReport:
         """Save, load, route, retire the previous adapter, and run the canary (module docstring)."""
         start = time.perf_counter()
-        busy = self.in_flight()
-        if busy:
-            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
-        path = (self.folder / f"v{version:06d}").resolve()
-        try:
-            learner.save_for_sampler(path)
-        except OSError as exc:
-            raise AdapterSaveError(f"writing the adapter of policy version {version} into {path} failed: "
-                                   f"{exc.strerror or exc}") from None
+        check_idle(self.in_flight, version)
+        path = save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
         saved = time.perf_counter()
         name = adapter_name(version)
         self._load(name, path)
@@ -92,7 +85,7 @@ class VLLMAdapterSync:
         self.route(name)
         if previous is not None and previous[0] != name:
             self.admin.unload(previous[0])
-        self._remove_old_folders(keep=path)
+        remove_other_versions(self.folder, keep=path)
         loaded = time.perf_counter()
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         done = time.perf_counter()
@@ -116,7 +109,20 @@ class VLLMAdapterSync:
             self.admin.unload(name)  # vLLM refuses a loaded name; in place would keep stale cache blocks
         self.admin.load(name, str(path))
 
-    def _remove_old_folders(self, keep: Path) -> None:
-        for folder in self.folder.iterdir():
-            if folder.is_dir() and _VERSION_FOLDER.match(folder.name) and folder.resolve() != keep:
-                shutil.rmtree(folder, ignore_errors=True)
+
+def save_version(learner: Any, folder: Path, version: int, error: type[SyncError], what: str) -> Path:
+    """`learner.save_for_sampler` into `folder/v{version:06d}` (absolute path returned); a write
+    that fails is `error` naming `what` was written, the version and the folder."""
+    path = (folder / f"v{version:06d}").resolve()
+    try:
+        learner.save_for_sampler(path)
+    except OSError as exc:
+        raise error(f"writing {what} of policy version {version} into {path} failed: {exc.strerror or exc}") from None
+    return path
+
+
+def remove_other_versions(folder: Path, keep: Path) -> None:
+    """Delete every `v{NNNNNN}` folder under `folder` but `keep` (the one the server reads now)."""
+    for version in folder.iterdir():
+        if version.is_dir() and _VERSION_FOLDER.match(version.name) and version.resolve() != keep:
+            shutil.rmtree(version, ignore_errors=True)

@@ -22,8 +22,6 @@ The in-place path is for GPU builds, where it must pass the same canary.
 
 from __future__ import annotations
 
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +30,11 @@ from typing import Any, Literal
 
 from sera.serving.vllm_admin import AdapterAdmin
 from sera.serving.vllm_server import VLLMServer, VLLMServerError
-from sera.serving.weight_sync import SyncError, SyncReport, check_canary
+from sera.serving.vllm_sync import remove_other_versions, save_version
+from sera.serving.weight_sync import SyncError, SyncReport, check_canary, check_idle
 
 WEIGHTS_DIR = "weights"
 """Full-weight folders of a run, `OUT/weights/v{version:06d}/` (only the current one is kept)."""
-_VERSION_FOLDER = re.compile(r"^v\d{6}$")
 
 
 class WeightsSaveError(SyncError):
@@ -74,19 +72,12 @@ class VLLMWeightsSync:
     def sync(self, learner: Any, version: int) -> SyncReport:
         """Save, serve, retire the older folders, and run the canary."""
         start = time.perf_counter()
-        busy = self.in_flight()
-        if busy:
-            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
-        path = (self.folder / f"v{version:06d}").resolve()
-        try:
-            learner.save_for_sampler(path)
-        except OSError as exc:
-            raise WeightsSaveError(f"writing the weights of policy version {version} into {path} failed: "
-                                   f"{exc.strerror or exc}") from None
+        check_idle(self.in_flight, version)
+        path = save_version(learner, self.folder, version, WeightsSaveError, "the weights")
         saved = time.perf_counter()
         self._serve(path)
         self.current = path
-        self._remove_old_folders(keep=path)
+        remove_other_versions(self.folder, keep=path)
         loaded = time.perf_counter()
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         done = time.perf_counter()
@@ -114,11 +105,6 @@ class VLLMWeightsSync:
                 self.server.restart(self.start_timeout_s)
             except VLLMServerError as exc:
                 raise SyncError(f"restarting the vLLM server on {path} failed: {exc}") from None
-
-    def _remove_old_folders(self, keep: Path) -> None:
-        for folder in self.folder.iterdir():
-            if folder.is_dir() and _VERSION_FOLDER.match(folder.name) and folder.resolve() != keep:
-                shutil.rmtree(folder, ignore_errors=True)
 
 
 __all__ = ["WEIGHTS_DIR", "VLLMWeightsSync", "WeightsSaveError"]

@@ -93,6 +93,13 @@ class WeightSync(Protocol):
         ...
 
 
+def check_idle(in_flight: Callable[[], int], version: int) -> None:
+    """RuntimeError when sampler calls are in flight: a sync must not change weights under them."""
+    busy = in_flight()
+    if busy:
+        raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
+
+
 def canary_gaps(sampler: Any, learner: Any, sampling: SamplingParams | None = None) -> tuple[float, float, int]:
     """(max gap, mean gap, tokens) between the sampler's log-probs of a greedy probe completion and
     the learner's recompute of the same tokens."""
@@ -133,9 +140,7 @@ class SharedModuleSync:
 
     def sync(self, learner: Any, version: int) -> SyncReport:
         start = time.perf_counter()
-        busy = self.in_flight()
-        if busy:
-            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
+        check_idle(self.in_flight, version)
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         seconds = time.perf_counter() - start
         return SyncReport(version=version, seconds=seconds, canary_gap=worst, canary_mean_gap=mean, canary_tokens=n,
@@ -156,9 +161,7 @@ class CopiedModuleSync:
 
     def sync(self, learner: Any, version: int) -> SyncReport:
         start = time.perf_counter()
-        busy = self.in_flight()
-        if busy:
-            raise RuntimeError(f"{busy} sampler calls in flight during the weight sync to version {version}")
+        check_idle(self.in_flight, version)
         copy_weights(self.weights(), self.copy)
         copied = time.perf_counter()
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from sera.eval.failures import one_line
 from sera.eval.seeds import sample_seed
 from sera.serving.errors import InfraFailure
 from sera.serving.weight_sync import (
@@ -141,8 +142,7 @@ def connect(cfg: TrainConfig) -> bool:
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RayUnavailable(f"ray.address={address!r}: {first[:200]}") from None
+        raise RayUnavailable(f"ray.address={address!r}: {_first_line(exc)}") from None
     return True
 
 
@@ -279,8 +279,7 @@ class RayRollouts:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+    return one_line(str(exc)) or type(exc).__name__
 
 
 __all__ = ["RayRollouts", "RayUnavailable", "RolloutWorker", "StaleWorker", "TreeResult", "check_reachable", "connect"]

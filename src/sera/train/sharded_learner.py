@@ -38,6 +38,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from sera.eval.failures import one_line
 from sera.train.datums import Datum
 from sera.train.distributed import GroupSettings, check_backend, free_port, init_process_group
 from sera.train.fsdp_learner import FsdpLearner
@@ -98,8 +99,7 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
             except ALIKE_ERRORS as exc:
                 replies.put((rank, True, f"{type(exc).__name__}: {exc}"))
     except BaseException as exc:  # noqa: BLE001 - rank 0 reports it as one line
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        replies.put((rank, False, f"{type(exc).__name__}: {text}"))
+        replies.put((rank, False, f"{type(exc).__name__}: {one_line(str(exc))}"))
         raise SystemExit(1) from None
     finally:
         if dist.is_initialized():
@@ -143,7 +143,7 @@ class ShardedLearner:
             reason = self._reason()
             self._end(graceful=False)
             if isinstance(exc, (RuntimeError, TimeoutError, dist.DistError)):
-                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+                first = one_line(str(exc)) or type(exc).__name__
                 raise LearnerGroupError(f"the {processes}-process learner did not start: {first}{reason}") from None
             raise
         del start_weights
@@ -200,7 +200,7 @@ class ShardedLearner:
             raise
         except (RuntimeError, dist.DistError) as exc:  # a collective broke: a follower is the usual cause
             self._check_alive(method)
-            raise LearnerGroupError(f"the sharded learner's {method} failed: {str(exc).strip()[:200]}"
+            raise LearnerGroupError(f"the sharded learner's {method} failed: {one_line(str(exc))}"
                                     + self._reason()) from None
         self._collect_replies(method, REPLY_TIMEOUT_S)
         return value
