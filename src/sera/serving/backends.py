@@ -9,7 +9,10 @@ A backend gives its caller (the training loop)
 - `where()`: where to look when sampling fails; `close()`: release it (stop a started server);
 - `before_update()`: called while no call is in flight, just before the learner steps (the
   in-process sampler frees its KV buffers and prefix cache there: their keys belong to the old
-  weights, and the learner's step needs the memory).
+  weights, and the learner's step needs the memory);
+- `samples_during_update`: whether `policy` keeps serving its weights while the learner steps
+  (its own copy, a server, Ray workers), so the next round may be sampled then
+  (`steps.max_offpolicy_versions`, `sera.train.lookahead`).
 
 `open_inprocess_backend`: a `TransformersSampler` over the learner's own module with
 `SharedModuleSync`, or over a copy of it with `CopiedModuleSync` (bf16; or an unsharded replica
@@ -60,6 +63,11 @@ class SamplerBackend(Protocol):
         """The learner is about to step (no call in flight)."""
         ...
 
+    @property
+    def samples_during_update(self) -> bool:
+        """`policy` does not read the learner's weights while they change."""
+        ...
+
 
 @dataclass
 class InProcessBackend:
@@ -91,12 +99,19 @@ class InProcessBackend:
         """Free the KV buffers and the prefix cache (stale after the update anyway)."""
         self.policy.release_memory()
 
+    @property
+    def samples_during_update(self) -> bool:
+        """Only over a copy: a sampler over the learner's own module would read weights mid-step."""
+        return isinstance(self.shared, CopiedModuleSync)
+
 
 def open_inprocess_backend(model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int, prefix_cache_bytes: int,
                            bound: float, in_flight: Callable[[], int], bf16_copy: bool = False,
+                           own_copy: bool = False,
                            weights: Callable[[], Mapping[str, torch.Tensor]] | None = None) -> InProcessBackend:
     """A `TransformersSampler` over `model` (the learner's own module) whose sync is the canary
-    within `bound`, or with `bf16_copy` over a bf16 copy of it that every sync refreshes.
+    within `bound`, or over a copy of it that every sync refreshes: in bf16 with `bf16_copy`, in
+    `model`'s dtype with `own_copy`.
     `weights` is for a learner whose module the sampler cannot run (sharded): `model` is then an
     unsharded replica the sampler runs (cast to bf16 with `bf16_copy`), and every sync copies
     `weights()` into it. `in_flight()` counts the sampler calls running (none may during a sync)."""
@@ -105,7 +120,7 @@ def open_inprocess_backend(model: torch.nn.Module, tokenizer: Any, *, max_batch_
     def sampler(module: torch.nn.Module) -> Any:
         return TransformersSampler(module, tokenizer, max_batch_size=max_batch_size, prefix_cache_bytes=prefix_cache_bytes)
 
-    if weights is None and not bf16_copy:
+    if weights is None and not bf16_copy and not own_copy:
         policy = sampler(model)
         return InProcessBackend(policy=policy, shared=SharedModuleSync(policy, in_flight, bound))
     if weights is None:

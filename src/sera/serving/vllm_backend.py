@@ -183,6 +183,11 @@ class VllmBackend:
     def before_update(self) -> None:
         """Nothing: the server keeps serving the current adapter until the sync."""
 
+    @property
+    def samples_during_update(self) -> bool:
+        """The server serves the current weights until the sync."""
+        return True
+
     def close(self) -> None:
         """Close the HTTP client and stop a started server."""
         try:

@@ -236,6 +236,12 @@ class StepsConfig(_Section):
     them; null: the environment's (drop+refill TextCraft, keep TextWorld)."""
     max_refill_waves: int = Field(2, ge=0)
     """Refill waves per round when dropped tasks leave too few trainable datums."""
+    max_offpolicy_versions: int = Field(0, ge=0)
+    """0 (the paper's setting for SERA): every round is sampled by the policy version it trains.
+    N >= 1: the next round of the same stage is sampled while the learner updates on this one
+    (one round ahead: it trains one version behind); a round older than N versions at its update
+    is dropped and sampled again (`sera.train.lookahead`). Needs a sampler with its own weights
+    (`sampler.weights: copy` or `bf16_copy`, the vLLM backend, or Ray workers)."""
 
 
 class CheckpointConfig(_Section):
@@ -353,11 +359,12 @@ class SamplerConfig(_Section):
     prefix_cache_gib: float = Field(4.0, ge=0)
     """In-process: memory for reusing prompt KV caches across an agent's turns and shared
     prefixes (0: off)."""
-    weights: Literal["shared", "bf16_copy", "auto"] = "shared"
+    weights: Literal["shared", "copy", "bf16_copy", "auto"] = "shared"
     """In-process: `shared` samples from the learner's own module (its fp32 master weights, nothing
-    copied); `bf16_copy` from a bf16 copy of it refreshed at every sync (one more copy of the
-    weights in memory; 1.5x the sampler's tokens/s on a CPU with AMX, docs/training.md), which
-    needs `model.dtype: bf16`; `auto`: `bf16_copy` when `model.dtype` is
+    copied); `copy` from a copy of it in the same dtype, refreshed at every sync (what lets
+    `steps.max_offpolicy_versions` sample while the learner steps); `bf16_copy` from a bf16 copy
+    (one more copy of the weights in memory; 1.5x the sampler's tokens/s on a CPU with AMX,
+    docs/training.md), which needs `model.dtype: bf16`; `auto`: `bf16_copy` when `model.dtype` is
     bf16, else `shared`."""
     vllm: VllmConfig = VllmConfig()
     """The server (backend `vllm` only)."""

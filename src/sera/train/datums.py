@@ -57,6 +57,10 @@ class Datum:
     weight: float = 1.0
     """Depth weight (set after all datums of a step exist): the learner is to train with
     `advantage × weight`; the losses in `sera.train.losses` take that product per token."""
+    policy_version: int | None = None
+    """The policy version that sampled the datum's completions (the oldest, should its steps
+    differ); None where the record has none. With `steps.max_offpolicy_versions` it may be
+    behind the version the datum trains."""
 
     def __post_init__(self) -> None:
         if not len(self.tokens) == len(self.mask) == len(self.sampler_logprobs):
@@ -288,6 +292,7 @@ def model_call_datum(
         node_id=node_id,
         stage=stage,
         steps=(),
+        policy_version=call.policy_version,
     )
 
 
@@ -315,6 +320,7 @@ def _truncated(sequences: Iterable[TokenSequence]) -> list[TokenSequence]:
 
 
 def _datum(seq: TokenSequence, node: AgentNode, advantage: float, trajectory_id: str, stage: str) -> Datum:
+    versions = [node.steps[i].policy_version for i in seq.steps if node.steps[i].policy_version is not None]
     return Datum(
         tokens=seq.tokens,
         mask=seq.mask,
@@ -325,4 +331,5 @@ def _datum(seq: TokenSequence, node: AgentNode, advantage: float, trajectory_id:
         node_id=node.id,
         stage=stage,
         steps=seq.steps,
+        policy_version=min(versions) if versions else None,
     )

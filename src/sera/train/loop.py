@@ -17,7 +17,9 @@ The sampler comes from a backend (`sera.serving`, opened from `sampler.backend` 
 `sera.train.sampler_setup`): in process, a `TransformersSampler` over the learner's own
 `nn.Module` (no copy, a canary after each update); or a vLLM server serving the policy as a
 hot-loaded LoRA adapter (`sera.serving.vllm_backend`). It
-must be idle during the update. A round with an infrastructure failure (a sampler call that
+must be idle during the update, unless `steps.max_offpolicy_versions` ≥ 1 lets the next round be
+sampled then from the sampler's own copy of the weights (`sera.train.lookahead`); it is idle
+during every sync. A round with an infrastructure failure (a sampler call that
 failed on the server's side) is never trained: the backend recovers and the round is sampled
 again with the same seeds, once (`sera.train.infra`). A failed sync after an update checkpoints
 the update and stops the run. Seeds come from (run seed, step, task id, k) and the prompt
@@ -56,6 +58,7 @@ from sera.train.collect import Collector
 from sera.train.config import TrainConfig
 from sera.train.infra import sample_cleanly
 from sera.train.learner import TorchLearner
+from sera.train.lookahead import Lookahead, may_sample_ahead, metrics as lookahead_metrics
 from sera.train.method import Method
 from sera.train.metrics import METRICS_FILE, MetricsSink
 from sera.train.progress import Progress
@@ -245,9 +248,11 @@ class Trainer:
     state: LoopState
     """Step, cursor and skip counters."""
     inflight: InFlight
-    """Sampler calls in flight (must be 0 during an update)."""
+    """Sampler calls in flight (0 during an update, unless a round is being sampled ahead)."""
     evaluator: Callable[[int], dict[str, Any]] | None
     """Periodic evaluation of a version, returning its metrics; None when `eval.every` is 0."""
+    lookahead: Lookahead[tuple[Round, Any]] | None = None
+    """The round sampled during the update (`steps.max_offpolicy_versions` ≥ 1); None: on-policy."""
 
     def step(self) -> dict[str, Any]:
         """One round: sample, credit, maybe update, sync and evaluate; advances `state` and
@@ -255,10 +260,11 @@ class Trainer:
         cfg, state, clock = self.cfg, self.state, self.clock
         t0 = time.perf_counter()
         stage, version, step = clock.stage, clock.version, state.step
-        rnd, clean = sample_cleanly(
-            lambda: sample_round(cfg, state, self.tasks, self.sampler, stage, version, self.method, self.env_training,
-                                 self.tokenizer.decode),
-            lambda r: r.groups, lambda: self.inflight.failures, self.backend, step)
+        ahead = self.lookahead.take(step, state.cursor, stage, version) if self.lookahead is not None else None
+        if ahead is None:
+            (rnd, clean), sampled_by = self._sample(state, stage, version), version
+        else:
+            (rnd, clean), sampled_by = ahead
         t1 = time.perf_counter()
         folder = self.out / ROLLOUTS_DIR / f"step_{step:05d}"
         for task, trees in zip(rnd.tasks, rnd.groups):
@@ -272,18 +278,27 @@ class Trainer:
         t3 = time.perf_counter()
 
         record: dict[str, Any] = {"step": step, "policy_version": version, "stage": stage,
-                                  "infra/resampled_rounds": clean.resampled, "infra/restarts": clean.restarts}
+                                  "infra/resampled_rounds": clean.resampled, "infra/restarts": clean.restarts,
+                                  **lookahead_metrics(self.lookahead, ahead is not None, version - sampled_by),
+                                  "offpolicy/datum_lag_max": max((version - d.policy_version for d in batch.datums
+                                                                  if d.policy_version is not None), default=0)}
         if clean.first_failure is not None:
             record["infra/failure"] = clean.first_failure  # why the first sampling was discarded
-        timing = {"sampling": t1 - t0, "save_trees": t2 - t1, "credit": t3 - t2, "update": 0.0, "sync": 0.0, "eval": 0.0}
+        timing = {"sampling": t1 - t0, "save_trees": t2 - t1, "credit": t3 - t2, "update": 0.0, "wait_ahead": 0.0,
+                  "sync": 0.0, "eval": 0.0}
         if trainable >= cfg.steps.min_trainable_datums:
-            busy = self.inflight.count
-            if busy:
-                raise RuntimeError(f"{busy} sampler calls in flight during the update")
-            self.backend.before_update()
+            if not self._sample_ahead(rnd.cursor):
+                busy = self.inflight.count
+                if busy:
+                    raise RuntimeError(f"{busy} sampler calls in flight during the update")
+                self.backend.before_update()
             t4 = time.perf_counter()
             stats = self.learner.train_step(batch.datums)
             timing["update"] = time.perf_counter() - t4
+            if self.lookahead is not None:
+                t6 = time.perf_counter()
+                self.lookahead.wait()  # the sync needs an idle sampler
+                timing["wait_ahead"] = time.perf_counter() - t6
             clock.record_update(True)
             state.consecutive_skips, state.skipped_trainable = 0, []
             fb = stats.forward_backward
@@ -332,6 +347,26 @@ class Trainer:
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         })
         return record
+
+    def _sample(self, state: LoopState, stage: str, version: int) -> tuple[Round, Any]:
+        """Round `state.step` from `state.cursor`, sampled by `version` (an infrastructure failure
+        is resampled once, `sample_cleanly`)."""
+        return sample_cleanly(
+            lambda: sample_round(self.cfg, state, self.tasks, self.sampler, stage, version, self.method,
+                                 self.env_training, self.tokenizer.decode),
+            lambda r: r.groups, lambda: self.inflight.failures, self.backend, state.step)
+
+    def _sample_ahead(self, cursor: int) -> bool:
+        """Before this step's update: start sampling the next round (from `cursor`) with the
+        current weights when `steps.max_offpolicy_versions` allows it, the round will be run
+        (not past `max_steps`) and its stage is the same whether or not this update lands."""
+        clock = self.clock
+        if self.lookahead is None or not may_sample_ahead(clock.schedule, clock.version, self.cfg.steps.max_steps):
+            return False
+        nxt = replace(self.state, step=self.state.step + 1, cursor=cursor)
+        stage, version = clock.stage, clock.version
+        self.lookahead.start(nxt.step, cursor, stage, version, lambda: self._sample(nxt, stage, version))
+        return True
 
     def checkpoint(self, last: dict[str, Any] | None) -> float:
         """Save the learner, RNGs, clock, cursor and the step's metrics line; returns seconds."""
@@ -432,17 +467,30 @@ def run_train(
     with stop_on_signals() as received, closing(learner):  # from here on a signal only stops the loop
         backend, sampler = open_sampling(cfg, out, spec, learner, tokenizer, inflight, base_dir,
                                          tree_policy or default_tree_policy)
+        lookahead = None
         try:
+            if cfg.steps.max_offpolicy_versions:
+                if not backend.samples_during_update:
+                    raise TrainError(
+                        f"steps.max_offpolicy_versions={cfg.steps.max_offpolicy_versions} samples the next round while "
+                        "the learner steps, but this in-process sampler reads the learner's own weights: set "
+                        "sampler.weights: copy (or bf16_copy), use sampler.backend: vllm or --ray, or set it to 0")
+                lookahead = Lookahead(cfg.steps.max_offpolicy_versions)
             trainer = Trainer(
                 cfg=cfg, out=out, spec=spec, method=cfg.resolved_method(), env_training=env_training,
                 tasks=training_tasks(cfg, spec), learner=learner, tokenizer=tokenizer, sampler=sampler,
                 backend=backend, clock=StageClock(cfg.resolved_method().stage_schedule), state=LoopState(),
                 inflight=inflight,
                 evaluator=make_evaluator(cfg, spec, backend.policy, out) if cfg.eval.every else None,
+                lookahead=lookahead,
             )
             stopped_by = _train(trainer, cfg, out, resume, allow_fallback, deadline, log, received)
         finally:
-            backend.close()
+            try:
+                if lookahead is not None:
+                    lookahead.close()  # a round still ahead is dropped before its sampler goes
+            finally:
+                backend.close()
     return RunResult(steps=trainer.state.step, version=trainer.clock.version, stopped_by=stopped_by)
 
 

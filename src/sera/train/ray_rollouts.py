@@ -20,16 +20,14 @@ assigns it. `RayRollouts` is both the loop's tree sampler and its `SamplerBacken
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from sera.eval.failures import one_line
 from sera.eval.seeds import sample_seed
+from sera.ray_cluster import RayUnavailable, check_reachable, connect as connect_cluster, first_line
 from sera.serving.errors import InfraFailure
 from sera.serving.weight_sync import (
     BF16_BOUND, FP32_BOUND, PROBE, PROBE_SAMPLING, CanaryError, SyncError, SyncReport, completion_gaps, copy_weights,
@@ -37,10 +35,6 @@ from sera.serving.weight_sync import (
 from sera.train.config import TrainConfig
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy
 from sera.types import RolloutTree, Task
-
-
-class RayUnavailable(RuntimeError):
-    """Ray is missing, or the cluster at `ray.address` cannot be reached; one line."""
 
 
 class StaleWorker(RuntimeError):
@@ -108,42 +102,11 @@ class RolloutWorker:
         return TreeResult(tree=tree, calls=calls.calls, failures=dict(calls.failures), worker=self.index)
 
 
-def check_reachable(address: str, timeout_s: float) -> None:
-    """A one-line `RayUnavailable` when `HOST:PORT` (or `ray://HOST:PORT`) does not accept a TCP
-    connection within `timeout_s` (ray.init would retry for a minute before failing)."""
-    target = address.removeprefix("ray://")
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit():
-        return  # `auto` and other forms: ray.init reports them itself
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        raise RayUnavailable(f"ray.address={address!r}: cannot reach {host}:{port} within {timeout_s:g}s ({exc})") from None
-
-
 def connect(cfg: TrainConfig) -> bool:
-    """Join (or start, for `local`) the Ray cluster of `ray.address`; True when this call started
-    or joined it (so the caller shuts it down), False when this process was already connected."""
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable("ray.address is set but Ray is not installed (pip install 'ray==2.52.0')") from None
-    if ray.is_initialized():
-        return False
-    address = cfg.ray.address
-    assert address is not None
-    if address != "local":
-        check_reachable(address, cfg.ray.connect_timeout_s)
-    try:
-        if address == "local":
-            ray.init(num_cpus=max(os.cpu_count() or 1, int(cfg.ray.workers * cfg.ray.worker_cpus)),
-                     include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise RayUnavailable(f"ray.address={address!r}: {_first_line(exc)}") from None
-    return True
+    """Join (or start, for `local`) the Ray cluster of `ray.address` (`sera.ray_cluster.connect`)."""
+    assert cfg.ray.address is not None
+    return connect_cluster(cfg.ray.address, local_cpus=cfg.ray.workers * cfg.ray.worker_cpus,
+                           timeout_s=cfg.ray.connect_timeout_s)
 
 
 class RayRollouts:
@@ -198,7 +161,7 @@ class RayRollouts:
                 replans[i] += 1
                 if replans[i] > self.cfg.ray.max_replans:
                     raise InfraFailure(f"step {step}: tree {jobs[i][1]} of task {jobs[i][0].id} was re-planned "
-                                       f"{self.cfg.ray.max_replans} times and its worker failed again: {_first_line(exc)}")
+                                       f"{self.cfg.ray.max_replans} times and its worker failed again: {first_line(exc)}")
                 self.replanned += 1
                 worker = (i + replans[i]) % len(self.workers)
                 self._reload(worker, version)
@@ -242,7 +205,7 @@ class RayRollouts:
         try:
             ray.get([w.load.remote(self._weights, version) for w in self.workers])
         except Exception as exc:  # noqa: BLE001 - one line for the loop
-            raise SyncError(f"loading policy version {version} into the Ray workers failed: {_first_line(exc)}") from None
+            raise SyncError(f"loading policy version {version} into the Ray workers failed: {first_line(exc)}") from None
         loaded = time.perf_counter()
         worst, mean, n, who = 0.0, 0.0, 0, 0
         for index, completion in enumerate(ray.get([w.probe.remote() for w in self.workers])):
@@ -261,6 +224,11 @@ class RayRollouts:
     def before_update(self) -> None:
         """Nothing: the workers free their caches when they load new weights."""
 
+    @property
+    def samples_during_update(self) -> bool:
+        """The workers sample with their own copies of the weights."""
+        return True
+
     def recover(self, reason: str) -> None:
         """Nothing to restart here: Ray restarts dead actors, and `sample` re-plans their trees."""
 
@@ -276,10 +244,6 @@ class RayRollouts:
             ray.kill(worker, no_restart=True)
         if self.owns_ray:
             ray.shutdown()
-
-
-def _first_line(exc: BaseException) -> str:
-    return one_line(str(exc)) or type(exc).__name__
 
 
 __all__ = ["RayRollouts", "RayUnavailable", "RolloutWorker", "StaleWorker", "TreeResult", "check_reachable", "connect"]

@@ -87,6 +87,7 @@ def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLea
                                       prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3),
                                       bound=BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND,
                                       in_flight=lambda: inflight.count, bf16_copy=samples_from_bf16_copy(cfg),
+                                      own_copy=cfg.sampler.weights == "copy",
                                       weights=learner.full_weights if sharded else None)
     from sera.serving.vllm_backend import open_vllm_backend
 
