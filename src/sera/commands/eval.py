@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -36,6 +36,10 @@ def eval_command(
     shard: Annotated[str | None, typer.Option(help="i/n: evaluate only shard i (from 0) of n of the selected tasks, into OUT/shards/<i>-of-<n>/; combine with --merge.")] = None,
     merge: Annotated[bool, typer.Option("--merge", help="Merge the finished shards under --out (and --merge-from) into --out; runs nothing.")] = False,
     merge_from: Annotated[list[Path] | None, typer.Option("--merge-from", help="--merge: another --out folder holding shards (repeatable), e.g. from another machine.")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", help="Split the evaluation into --ray-shards shards run as Ray tasks on this cluster (local, auto, HOST:PORT or ray://HOST:PORT), then merge them into --out (which every node must see).")] = None,
+    ray_shards: Annotated[int, typer.Option(min=1, help="--ray: number of shards (Ray tasks).")] = 2,
+    ray_shard_cpus: Annotated[float, typer.Option(min=0.0, help="--ray: CPUs Ray reserves per shard.")] = 1.0,
+    ray_shard_gpus: Annotated[float, typer.Option(min=0.0, help="--ray: GPUs Ray reserves per shard (hf on cuda).")] = 0.0,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts run at once.")] = 8,
     max_calls: Annotated[int | None, typer.Option(min=1, help="Policy calls per agent (default 20).")] = None,
     max_depth: Annotated[int | None, typer.Option(min=0, help="Maximum delegation depth (default 3).")] = None,
@@ -61,6 +65,7 @@ def eval_command(
     """
     from sera.reports.console import print_slots
     from sera.eval.run import EvalJob, EvalSetupError, Stopped, run_eval
+    from sera.ray_cluster import RayUnavailable
 
     job = EvalJob(
         out=out, env=env, split=split, policy=policy, model=model, base_url=base_url, device=device, dtype=dtype,
@@ -75,8 +80,14 @@ def eval_command(
         if merge:
             _merge(out, merge_from or [])
             return
+        if ray is not None:
+            from sera.eval.ray_shards import run_eval_on_ray
+
+            _print_merged(run_eval_on_ray(job, ray, ray_shards, shard_cpus=ray_shard_cpus, shard_gpus=ray_shard_gpus,
+                                          log=console.print))
+            return
         result = run_eval(job, show_progress=progress, log=console.print)
-    except EvalSetupError as exc:
+    except (EvalSetupError, RayUnavailable) as exc:
         fail(str(exc))
     except Stopped as stop:
         console.print(f"stopped by {stop.name}: finished rollouts are saved and each summary.json says what is done "
@@ -97,10 +108,15 @@ def eval_command(
 
 def _merge(out: Path, sources: list[Path]) -> None:
     """`sera eval --merge`: combine the shards under `out` and `sources` into `out` and print it."""
-    from sera.reports.console import print_runs_summary, print_summary
     from sera.eval.run import merge_shards
 
-    result = merge_shards(out, sources)
+    _print_merged(merge_shards(out, sources))
+
+
+def _print_merged(result: Any) -> None:
+    """The merged run's summary (per run with --runs, then their aggregate)."""
+    from sera.reports.console import print_runs_summary, print_summary
+
     for run_dir, summary in result.runs:
         if result.aggregate is None:
             print_summary(summary, Console())
