@@ -140,3 +140,13 @@ def test_admission_drops_a_round_sampled_for_another_step_stage_or_too_long_ago(
             Lookahead(0)
     finally:
         ahead.close()
+
+
+def test_auto_weights_give_an_fp32_sampler_its_own_copy_when_rounds_are_sampled_ahead() -> None:
+    from sera.train.sampler_setup import samples_from_own_copy
+
+    ahead = load_config(LETTERS, preset="tiny", overrides=["sampler.weights=auto", "steps.max_offpolicy_versions=1",
+                                                            "model.dtype=fp32"])
+    assert samples_from_own_copy(ahead)  # the main job on a CPU without bf16 is not refused
+    on_policy = load_config(LETTERS, preset="tiny", overrides=["sampler.weights=auto", "model.dtype=fp32"])
+    assert not samples_from_own_copy(on_policy)  # nothing copied when nothing samples during the update

@@ -171,7 +171,8 @@ def collect(out: Path) -> ReportData:
                 "sft_expert": cfg.sft.expert, "sft_tasks": cfg.sft.train_tasks, "sft_epochs": cfg.sft.epochs,
                 "sft_split": cfg.sft.split or cfg.environment.split,
                 "sft_difficulty": cfg.sft.difficulty or cfg.environment.difficulty,
-                "trees_per_task": cfg.rollout.trees_per_task},
+                "trees_per_task": cfg.rollout.trees_per_task,
+                "max_offpolicy_versions": cfg.steps.max_offpolicy_versions},
         invocations=record.invocations,
         phases=[dataclasses.asdict(record.phase(name)) for name in PHASES],
     )
@@ -212,6 +213,14 @@ def facts(data: ReportData, record: JobRecord) -> Facts:
         base_samples=data.config.get("eval_base_samples"),
         trees_per_task=data.config.get("trees_per_task") if data.config.get("rl") else None,
     )
+
+
+def ahead_note(versions: int | None) -> str:
+    """How RL's rounds were sampled, when not strictly on-policy (`steps.max_offpolicy_versions`)."""
+    if not versions:
+        return ""
+    return ("; the round after an update is sampled during it and trains one policy version behind "
+            f"(steps.max_offpolicy_versions {versions}; the paper's SERA samples on-policy)")
 
 
 def expert_version(name: str | None) -> str:
@@ -259,7 +268,8 @@ def render(data: ReportData) -> str:
                                  f"{c.get('sft_expert', 'default')} expert"
                                  f"{expert_version(c.get('sft_expert'))}, {c.get('sft_epochs', '?')} epoch(s)"
                                  if c["sft"] else "SFT off (pipeline.sft false)"],
-        ["RL", f"{c['batch']} per step, at most {c['max_steps']} updates" if c["rl"] else "off (pipeline.rl false)"],
+        ["RL", f"{c['batch']} per step, at most {c['max_steps']} updates{ahead_note(c.get('max_offpolicy_versions'))}"
+               if c["rl"] else "off (pipeline.rl false)"],
         ["budget (this run)", f"{last.get('budget_minutes', '?')} min; used {num(used / 60, 1) if used is not None else '?'} "
                               f"min before the report" + (f"; RL deadline at {deadline / 60:.1f} min" if deadline is not None else "")],
     ]

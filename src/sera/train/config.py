@@ -365,7 +365,7 @@ class SamplerConfig(_Section):
     `steps.max_offpolicy_versions` sample while the learner steps); `bf16_copy` from a bf16 copy
     (one more copy of the weights in memory; 1.5x the sampler's tokens/s on a CPU with AMX,
     docs/training.md), which needs `model.dtype: bf16`; `auto`: `bf16_copy` when `model.dtype` is
-    bf16, else `shared`."""
+    bf16, else `copy` with `steps.max_offpolicy_versions` > 0, else `shared`."""
     vllm: VllmConfig = VllmConfig()
     """The server (backend `vllm` only)."""
 

@@ -75,6 +75,15 @@ def samples_from_bf16_copy(cfg: TrainConfig) -> bool:
     return cfg.sampler.backend == "inprocess" and (weights == "bf16_copy" or (weights == "auto" and cfg.model.dtype == "bf16"))
 
 
+def samples_from_own_copy(cfg: TrainConfig) -> bool:
+    """Whether the in-process sampler runs a copy of the learner's module in its own dtype:
+    `sampler.weights: copy`, or `auto` without bf16 when rounds are sampled during the update
+    (`steps.max_offpolicy_versions`), which a sampler over the learner's own module cannot do."""
+    weights = cfg.sampler.weights
+    return cfg.sampler.backend == "inprocess" and (weights == "copy" or (
+        weights == "auto" and cfg.model.dtype != "bf16" and cfg.steps.max_offpolicy_versions > 0))
+
+
 def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLearner, tokenizer: Any, inflight: InFlight,
                  base_dir: Path | None) -> SamplerBackend:
     """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here). A
@@ -87,7 +96,7 @@ def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLea
                                       prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3),
                                       bound=BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND,
                                       in_flight=lambda: inflight.count, bf16_copy=samples_from_bf16_copy(cfg),
-                                      own_copy=cfg.sampler.weights == "copy",
+                                      own_copy=samples_from_own_copy(cfg),
                                       weights=learner.full_weights if sharded else None)
     from sera.serving.vllm_backend import open_vllm_backend
 
