@@ -15,8 +15,9 @@ A backend gives its caller (the training loop)
   (`steps.max_offpolicy_versions`, `sera.train.lookahead`).
 
 `open_inprocess_backend`: a `TransformersSampler` over the learner's own module with
-`SharedModuleSync`, or over a copy of it with `CopiedModuleSync` (bf16; or an unsharded replica
-beside an FSDP2 learner); there is nothing to restart, so a failed round is only sampled again.
+`SharedModuleSync`, or over a copy of it with `CopiedModuleSync` (bf16 or its own dtype; or an
+unsharded replica beside an FSDP2 learner); there is nothing to restart, so a failed round is
+only sampled again.
 `sera.serving.vllm_backend.open_vllm_backend`: a server, LoRA hot-loading, restarts. Both take
 plain values; `sera.train.sampler_setup` reads them from the trainer's config.
 """
