@@ -83,8 +83,10 @@ def eval_command(
         if ray is not None:
             from sera.eval.ray_shards import run_eval_on_ray
 
-            _print_merged(run_eval_on_ray(job, ray, ray_shards, shard_cpus=ray_shard_cpus, shard_gpus=ray_shard_gpus,
-                                          log=console.print))
+            merged = run_eval_on_ray(job, ray, ray_shards, shard_cpus=ray_shard_cpus, shard_gpus=ray_shard_gpus,
+                                     log=console.print)
+            _print_merged(merged)
+            _exit_if_over_infra_limit([s for _, s in merged.runs], max_infra_failures)
             return
         result = run_eval(job, show_progress=progress, log=console.print)
     except (EvalSetupError, RayUnavailable) as exc:
@@ -94,13 +96,19 @@ def eval_command(
                       f"(partial); rerun the same command to resume", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code=128 + stop.signum) from None
     print_slots(result.run_dir, result.slots, result.summaries, result.aggregate, Console())
-    summary = result.over_infra_limit(max_infra_failures)
+    _exit_if_over_infra_limit(result.summaries, max_infra_failures)
+
+
+def _exit_if_over_infra_limit(summaries: list[Any], share: float) -> None:
+    """Exit with status 1 when more than `share` of some summary's rollouts failed for
+    infrastructure reasons (`--max-infra-failures`)."""
+    summary = next((s for s in summaries if s.infra_failure_rate > share), None)
     if summary is not None:
         kinds = ", ".join(f"{k}: {n}" for k, n in summary.errors_by_kind.items())
         console.print(
             f"[red]error:[/red] {summary.infra_failures} of {summary.overall.tasks} rollouts "
             f"({100 * summary.infra_failure_rate:.1f}%) failed for infrastructure reasons ({kinds}), more than "
-            f"--max-infra-failures {max_infra_failures:g}; rerun the same command to retry them",
+            f"--max-infra-failures {share:g}; rerun the same command to retry them",
             markup=True, highlight=False,
         )
         raise typer.Exit(code=1)
