@@ -4,11 +4,12 @@ as a one-line error."""
 
 from __future__ import annotations
 
-import errno
 import math
 from pathlib import Path
 
 import pytest
+import safetensors.torch
+from safetensors import SafetensorError
 
 from sera.policy.openai_sampler import OpenAISampler
 from sera.policy.threaded import ThreadedPolicy
@@ -96,10 +97,10 @@ def test_a_full_disk_names_the_folder_and_keeps_serving_the_previous_adapter(par
     learner, fake, sampler, sync = parts
     sync.sync(learner, 0)
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def full(*args, **kwargs):  # what safetensors raises when the disk is full (CI met it)
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
-    monkeypatch.setattr(learner.model, "save_pretrained", full)
+    monkeypatch.setattr(safetensors.torch, "serialize_file", full)
     with pytest.raises(AdapterSaveError) as failed:
         sync.sync(learner, 1)
     assert str(failed.value) == (f"writing the adapter of policy version 1 into {sync.folder.resolve() / 'v000001'} "

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import math
 import os
+import re
 import resource
 import shutil
 import sys
@@ -45,6 +47,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.utils.checkpoint
+from safetensors import SafetensorError
 from torch import nn
 
 from sera.checkpoints.lora import LoraSettings, wrap_lora
@@ -527,7 +530,10 @@ def write_folder_atomically(path: str | os.PathLike[str], write: Callable[[Path]
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        write(staging)
+        try:
+            write(staging)
+        except SafetensorError as exc:
+            raise safetensors_os_error(exc) from exc
         staging.chmod(0o755)
         if target.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -540,6 +546,20 @@ def write_folder_atomically(path: str | os.PathLike[str], write: Callable[[Path]
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+_OS_ERROR_TAIL = re.compile(r"I/O error: (?P<text>.*) \(os error (?P<errno>\d+)\)")
+
+
+def safetensors_os_error(exc: Exception) -> OSError:
+    """The OSError inside a safetensors write failure. safetensors raises its own exception type
+    for a failed write (`Error while serializing: I/O error: No space left on device (os error
+    28)`), which callers that handle `OSError` (a full disk) would otherwise let through as a
+    traceback."""
+    found = _OS_ERROR_TAIL.search(str(exc))
+    if found is None:
+        return OSError(errno.EIO, str(exc))
+    return OSError(int(found["errno"]), found["text"])
 
 
 def summarize_pass(loss: float, counts: Mapping[str, int], gap: torch.Tensor) -> ForwardBackwardStats:
