@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from sera.envs.registry import get_env  # noqa: E402
+from sera.serving.vllm_server import http_ok  # noqa: E402
+from sera.testing.fake_vllm import FakeVLLM  # noqa: E402
+from sera.testing.tiny import tiny_model_and_tokenizer  # noqa: E402
 from sera.train import loop  # noqa: E402
 from sera.train.config import load_config  # noqa: E402
 from sera.train.ray_rollouts import RayRollouts, RayUnavailable, check_reachable  # noqa: E402
@@ -26,6 +31,7 @@ from sera.train.sampling import InFlight  # noqa: E402
 from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E402
 
 from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
+from .test_loop_infra import fake_vllm_python  # noqa: E402,F401 - a fixture
 
 TESTS = Path(__file__).resolve().parents[1]
 LETTERS = "configs/letters/rao.yaml"
@@ -123,3 +129,102 @@ def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray) -> No
 def test_an_unreachable_address_is_a_one_line_error() -> None:
     with pytest.raises(RayUnavailable, match=r"^ray.address='ray://127.0.0.1:9': cannot reach 127.0.0.1:9 within 2s"):
         check_reachable("ray://127.0.0.1:9", 2.0)
+
+
+# -- workers in front of a vLLM server (the fake one of sera.testing.fake_vllm) ----------------------
+
+VLLM = ["checkpoint.every=100", "model.finetune=lora", "model.lora_rank=8", "model.lora_alpha=16",
+        "sampler.backend=vllm", "ray.address=local", "ray.workers=2"]
+
+
+class MarkWorker:
+    """A tree policy that leaves a file named after the process that samples the tree."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, policy, task, k):
+        (self.folder / str(os.getpid())).touch()
+        return policy
+
+
+class KillServerOnce:
+    """A tree policy under which the first tree of `version`'s round, on whichever worker, makes the
+    server crash (a file marks that it was done, for every process)."""
+
+    def __init__(self, version: int, marker: Path) -> None:
+        self.version, self.marker = version, marker
+
+    def __call__(self, policy, task, k):
+        if policy.model == f"policy-v{self.version:06d}":
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return policy
+            root = policy.base_url.removesuffix("/v1")
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{root}/fake/exit", data=b"{}", method="POST"), timeout=5)
+            except OSError:
+                pass  # the process exits without answering
+            while http_ok(f"{root}/health", 1):
+                time.sleep(0.1)
+        return policy
+
+
+def _recorded_versions(run: Path, step: int) -> set[int]:
+    trees = [json.loads(p.read_text()) for p in sorted((run / "rollouts" / f"step_{step:05d}").glob("*.json"))]
+    assert len(trees) == 64
+    return {s["policy_version"] for t in trees for n in t["nodes"].values() for s in n["steps"]}
+
+
+def test_ray_workers_sample_from_the_vllm_server_the_driver_syncs(local_ray, tmp_path: Path) -> None:
+    model, tokenizer = tiny_model_and_tokenizer(seed=11)  # the letters config's model
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    fake = FakeVLLM(tmp_path / "base", "base", max_lora_rank=8).start()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "run"
+    try:
+        loop.run_train(load_config(LETTERS, overrides=[*VLLM, "max_steps=2", f"sampler.vllm.base_url={fake.base_url}"]),
+                       out, tree_policy=MarkWorker(marks), log=lambda line: None)
+    finally:
+        fake.vanish()
+    got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["policy_version"] for line in got] == [0, 1]
+    assert [line["sync/adapter"] for line in got] == ["policy-v000001", "policy-v000002"]
+    for line in got:
+        assert line["sync/canary_gap"] <= 1e-3
+        assert _recorded_versions(out, line["step"]) == {line["policy_version"]}
+    # Two worker processes sampled the trees, the driver none; the server answered every tree call
+    # (under the version's adapter) and one canary probe per sync (versions 0, 1, 2).
+    assert len(list(marks.iterdir())) == 2 and not (marks / str(os.getpid())).exists()
+    tree_calls = [name for route, name in fake.requests]
+    assert len(tree_calls) == got[-1]["sampler_calls"] + 3  # the run's calls so far
+    assert set(tree_calls) == {"policy-v000000", "policy-v000001", "policy-v000002"}
+
+
+def test_a_server_killed_under_the_workers_is_restarted_and_the_round_sampled_again(local_ray, tmp_path: Path,
+                                                                                     fake_vllm_python) -> None:
+    out = tmp_path / "run"
+    cfg = load_config(LETTERS, overrides=[*VLLM, "max_steps=3", f"sampler.vllm.python={fake_vllm_python}",
+                                          "sampler.vllm.start_timeout_s=120", "sampler.vllm.restarts=1"])
+    loop.run_train(cfg, out, tree_policy=KillServerOnce(1, tmp_path / "killed"), log=lambda line: None)
+    got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["policy_version"] for line in got] == [0, 1, 2]
+    assert [line["infra/restarts"] for line in got] == [0, 1, 0]
+    assert [line["infra/resampled_rounds"] for line in got] == [0, 1, 0]
+    for line in got:
+        assert _recorded_versions(out, line["step"]) == {line["policy_version"]}
+    assert (out / "vllm-server.log").read_text().count("--- sera: starting") == 2
+
+
+def test_a_started_server_on_127_0_0_1_is_refused_for_a_cluster_of_several_nodes(local_ray, monkeypatch) -> None:
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
+
+    class Server:
+        class sampler:  # noqa: N801 - the attribute RayRollouts reads
+            base_url = "http://127.0.0.1:8011/v1"
+
+    with pytest.raises(RayUnavailable, match=r"the cluster has 2 nodes but the vLLM server is at http://127.0.0.1:8011/v1"):
+        RayRollouts(_config("ray.address=local"), slow_trees, InFlight(), server=Server())  # type: ignore[arg-type]

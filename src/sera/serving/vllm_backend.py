@@ -227,6 +227,17 @@ def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flig
         raise
 
 
+def vllm_sampler(base_url: str, tokenizer: Any, request_timeout_s: float, model: str = SERVED_BASE) -> OpenAISampler:
+    """The HTTP sampler training uses against a vLLM server at `base_url` (the driver's and every
+    Ray rollout worker's): token ids and log-probs required, `request_timeout_s` per attempt, two
+    retries; `model` is the served name it asks for until routed elsewhere."""
+    return OpenAISampler(
+        base_url, model, tokenizer=tokenizer, require_token_ids=True,
+        http=HttpSettings(request_timeout_s=request_timeout_s, total_timeout_s=3 * request_timeout_s,
+                          max_retries=2, backoff_s=(1.0, 4.0)),
+    )
+
+
 def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[], int],
              server: VLLMServer | None) -> VllmBackend:
     base_url = server.base_url if server is not None else str(v.base_url)
@@ -234,11 +245,7 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
     if server is None and not admin.healthy():
         raise ServingError(f"sampler.vllm.base_url={base_url}: no vLLM server answers {admin.root}/health "
                            f"(start one with --enable-lora, or leave base_url null so sera starts one; {SETUP_HINT})")
-    sampler = OpenAISampler(
-        base_url, SERVED_BASE, tokenizer=tokenizer, require_token_ids=True,
-        http=HttpSettings(request_timeout_s=v.request_timeout_s, total_timeout_s=3 * v.request_timeout_s,
-                          max_retries=2, backoff_s=(1.0, 4.0)),
-    )
+    sampler = vllm_sampler(base_url, tokenizer, v.request_timeout_s)
     adapters: VLLMAdapterSync | VLLMWeightsSync
     if v.full_sync is None:
         adapters = VLLMAdapterSync(admin=admin, sampler=None, route=lambda name: setattr(sampler, "model", name),
@@ -257,4 +264,4 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
 
 
 __all__ = ["SAMPLER_BASE_DIR", "SERVED_BASE", "SERVER_LOG", "VllmBackend", "VllmSettings", "open_vllm_backend",
-           "serving_base"]
+           "serving_base", "vllm_sampler"]

@@ -377,8 +377,10 @@ class RayConfig(_Section):
     """null: sample in this process; `local`: start Ray on this machine (or join the Ray this
     process already runs); otherwise a running cluster (`auto`, `HOST:PORT`, `ray://HOST:PORT`)."""
     workers: int = Field(2, ge=1)
-    """Rollout worker actors; each samples its share of a round's trees with its own copy of the
-    policy, refreshed (and checked by the canary) at every weight sync."""
+    """Rollout worker actors; each samples its share of a round's trees, with its own copy of the
+    policy refreshed (and checked by the canary) at every weight sync (`sampler.backend:
+    inprocess`), or by sending requests to the run's vLLM server (`sampler.backend: vllm`; a server
+    sera starts listens on 127.0.0.1, so workers on other nodes need `sampler.vllm.base_url`)."""
     worker_cpus: float = Field(1.0, gt=0)
     """CPUs Ray reserves for each worker (also its torch threads, at least 1)."""
     worker_gpus: float = Field(0.0, ge=0)
@@ -495,9 +497,6 @@ class TrainConfig(_Section):
         if n > 1 and self.sampler.backend != "inprocess":
             raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
                              "a sharded learner beside a vLLM server is not built")
-        if self.ray.address is not None and self.sampler.backend != "inprocess":
-            raise ValueError(f"ray.address={self.ray.address!r}: Ray rollout workers sample with their own copy of the "
-                             "policy (sampler.backend=inprocess); workers against vLLM servers are not built")
         if self.ray.address is not None and self.eval.every:
             raise ValueError(f"ray.address={self.ray.address!r} with eval.every={self.eval.every}: periodic evaluation "
                              "does not run on Ray workers yet; set eval.every=0 and use sera eval on the checkpoints")

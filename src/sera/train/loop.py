@@ -174,10 +174,17 @@ class TreeSampler:
 
 def open_sampling(cfg: TrainConfig, out: Path, spec: EnvSpec, learner: Any, tokenizer: Any, inflight: InFlight,
                   base_dir: Path | None, tree_policy: TreePolicy) -> tuple[SamplerBackend, TreeSampler | RayRollouts]:
-    """Where the run samples: Ray rollout workers (`ray.address`), which are their own backend,
-    else the config's backend (in process or vLLM) and a `TreeSampler` over its policy."""
+    """Where the run samples: Ray rollout workers (`ray.address`), which are their own backend
+    (in front of the run's vLLM server with `sampler.backend: vllm`), else the config's backend
+    (in process or vLLM) and a `TreeSampler` over its policy."""
     if cfg.ray.address is not None:
-        rollouts = RayRollouts(cfg, tree_policy, inflight)
+        server = open_backend(cfg, out, learner, tokenizer, inflight, base_dir) if cfg.sampler.backend == "vllm" else None
+        try:
+            rollouts = RayRollouts(cfg, tree_policy, inflight, server=server, tokenizer=tokenizer)  # type: ignore[arg-type]
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
         return rollouts, rollouts
     backend = open_backend(cfg, out, learner, tokenizer, inflight, base_dir)
     collector = make_collector(cfg, spec, backend.policy, make_judge(cfg))

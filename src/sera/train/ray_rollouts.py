@@ -1,9 +1,12 @@
 """Rollout workers as Ray actors (`ray.address`; `sera train --ray ADDRESS`).
 
 The driver (`run_train`: cursor, credit, learner, journal, checkpoints) stays one process. Each
-`RolloutWorker` actor holds its own copy of the policy (a `TransformersSampler` over the model in
-the sampler's dtype), the environment and the collector, and samples the trees the driver
-assigns it. `RayRollouts` is both the loop's tree sampler and its `SamplerBackend`:
+`RolloutWorker` actor holds the environment, the collector and a sampler, and samples the trees
+the driver assigns it. The sampler is either its own copy of the policy (`sampler.backend:
+inprocess`: a `TransformersSampler` over the model in the sampler's dtype) or an HTTP client of
+the run's vLLM server (`sampler.backend: vllm`: the driver starts or reaches the server and syncs
+the weights into it; the workers only send it requests, under the served name of the current
+version). `RayRollouts` is both the loop's tree sampler and its `SamplerBackend`:
 
 - `sample(tasks, step, stage, version)`: tree k of a task goes to worker (i mod W), i its index in
   the round; a tree's seed comes from (run seed, step, task id, k) as in one process, so the same
@@ -12,17 +15,20 @@ assigns it. `RayRollouts` is both the loop's tree sampler and its `SamplerBacken
   the actor, the driver reloads its weights and gives those trees to the next worker; every tree
   is kept once, by its index. After `ray.max_replans` re-plans of one tree the round fails as
   infrastructure (`InfraFailure`), never as a model result.
-- `sync(learner, version)`: the learner's weights go once into Ray's object store; every worker
-  copies them into its module and completes the canary's probe; the driver recomputes the
-  probe's log-probabilities with the learner and fails the sync (`CanaryError`) when any worker
-  is past the bound. A worker samples only at the version it loaded (else it refuses the tree).
+- `sync(learner, version)`: in process, the learner's weights go once into Ray's object store;
+  every worker copies them into its module and completes the canary's probe; the driver
+  recomputes the probe's log-probabilities with the learner and fails the sync (`CanaryError`)
+  when any worker is past the bound. With vLLM, the server's own sync runs (save, load, canary
+  through the server: `VllmBackend.sync`) and then every worker is routed to the new served name.
+  A worker samples only at the version it holds (else it refuses the tree).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -35,6 +41,9 @@ from sera.serving.weight_sync import (
 from sera.train.config import TrainConfig
 from sera.train.sampling import InFlight, SeededPolicy, TreePolicy
 from sera.types import RolloutTree, Task
+
+if TYPE_CHECKING:
+    from sera.serving.vllm_backend import VllmBackend
 
 
 class StaleWorker(RuntimeError):
@@ -55,32 +64,62 @@ class TreeResult:
     """Index of the worker that sampled it."""
 
 
-class RolloutWorker:
-    """One rollout worker (run as a Ray actor): a policy copy, the environment and the collector."""
+@dataclass(frozen=True)
+class ServerAddress:
+    """The vLLM server the workers send their requests to (`sampler.backend: vllm`)."""
 
-    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, index: int) -> None:
+    base_url: str
+    """Its OpenAI-compatible root (`/v1`); it stays the same across the driver's restarts of a started server."""
+    tokenizer: Any
+    """The served model's tokenizer (exact prompt counts and stop strings, as in the driver)."""
+
+
+class RolloutWorker:
+    """One rollout worker (run as a Ray actor): a sampler, the environment and the collector."""
+
+    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, index: int, server: ServerAddress | None = None) -> None:
+        """`server` None: the worker samples with its own copy of the policy (loaded by `load`);
+        else it asks `server` for completions under the name `route` gives it."""
         from sera.envs.registry import get_env
-        from sera.policy.transformers_sampler import TransformersSampler
-        from sera.train.sampler_setup import samples_from_bf16_copy
-        from sera.train.setup import load_model, make_collector, make_judge
+        from sera.train.setup import make_collector, make_judge
 
         torch.set_num_threads(max(1, int(cfg.ray.worker_cpus)))
         self.cfg, self.tree_policy, self.index = cfg, tree_policy, index
+        self.module: torch.nn.Module | None = None
+        self.sampler = self._own_sampler(cfg) if server is None else self._server_sampler(cfg, server)
+        self.spec = get_env(cfg.environment.name)
+        self.collector = make_collector(cfg, self.spec, self.sampler, make_judge(cfg))
+        self.version: int | None = None
+
+    def _own_sampler(self, cfg: TrainConfig) -> Any:
+        from sera.policy.transformers_sampler import TransformersSampler
+        from sera.train.sampler_setup import samples_from_bf16_copy
+        from sera.train.setup import load_model
+
         model, tokenizer = load_model(cfg)  # the architecture; its weights are replaced at the first load
         dtype = torch.bfloat16 if samples_from_bf16_copy(cfg) else torch.float32
         device = "cuda" if cfg.ray.worker_gpus > 0 else "cpu"  # Ray sets the worker's visible GPU
         self.module = model.to(device, dtype).eval().requires_grad_(False)
-        self.sampler = TransformersSampler(self.module, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
-                                           prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
-        self.spec = get_env(cfg.environment.name)
-        self.collector = make_collector(cfg, self.spec, self.sampler, make_judge(cfg))
-        self.version: int | None = None
+        return TransformersSampler(self.module, tokenizer, max_batch_size=2 * max(1, cfg.rollout.concurrency),
+                                   prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
+
+    @staticmethod
+    def _server_sampler(cfg: TrainConfig, server: ServerAddress) -> Any:
+        from sera.serving.vllm_backend import vllm_sampler
+
+        return vllm_sampler(server.base_url, server.tokenizer, cfg.sampler.vllm.request_timeout_s)
+
+    async def route(self, model: str, version: int) -> int:
+        """Ask the server for `model` (policy `version`'s served name) from now on; returns the index."""
+        self.sampler.model, self.version = model, version
+        return self.index
 
     async def load(self, weights: dict[str, torch.Tensor], version: int) -> int:
         """Copy `weights` into this worker's module as policy `version` (nothing when it holds that
         version already: it may be sampling with it); returns the index."""
         if self.version == version:
             return self.index
+        assert self.module is not None, "a worker of a vLLM server is routed, not loaded"
         self.sampler.release_memory()  # cached keys/values belong to the old weights
         copy_weights(weights, self.module)
         self.version = version
@@ -115,23 +154,46 @@ class RayRollouts:
     policy = None
     """No sampler in the driver: the workers hold the policy."""
 
-    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, inflight: InFlight) -> None:
-        """Connect to `ray.address` and start `ray.workers` actors (each loads the model)."""
+    def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, inflight: InFlight,
+                 server: VllmBackend | None = None, tokenizer: Any = None) -> None:
+        """Connect to `ray.address` and start `ray.workers` actors: each loads the model, or with
+        `server` (the run's vLLM backend, opened by the driver; closed by `close`) sends its
+        requests to that server, tokenizing with `tokenizer`."""
         import ray
 
-        self.cfg, self.inflight = cfg, inflight
+        self.cfg, self.inflight, self.server = cfg, inflight, server
         self.owns_ray = connect(cfg)
+        if server is not None:
+            self._check_reachable_by_every_node(server.sampler.base_url)
         self.bound = BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND
-        self.restarts = 0
-        """Always 0: Ray restarts the workers itself (`replanned` counts what that cost)."""
         self.replanned = 0
         """Trees sampled again this run because their worker died or had restarted."""
         actor = ray.remote(RolloutWorker).options(
             num_cpus=cfg.ray.worker_cpus, num_gpus=cfg.ray.worker_gpus, max_restarts=-1, max_task_retries=0,
             max_concurrency=max(1, cfg.rollout.concurrency) + 2)  # the trees plus a load or probe
-        self.workers = [actor.remote(cfg, tree_policy, i) for i in range(cfg.ray.workers)]
+        address = None if server is None else ServerAddress(server.sampler.base_url, tokenizer)
+        self.workers = [actor.remote(cfg, tree_policy, i, address) for i in range(cfg.ray.workers)]
         self._weights: Any = None
         self._version: int | None = None
+
+    def _check_reachable_by_every_node(self, base_url: str) -> None:
+        """A server on 127.0.0.1 (the one sera starts) is out of reach of workers on other nodes."""
+        import ray
+
+        host = urlsplit(base_url).hostname or ""
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        if nodes > 1 and (host == "localhost" or host.startswith("127.")):
+            if self.owns_ray:
+                ray.shutdown()
+            raise RayUnavailable(f"ray.address={self.cfg.ray.address!r}: the cluster has {nodes} nodes but the vLLM "
+                                 f"server is at {base_url}, which workers on other nodes cannot reach; set "
+                                 "sampler.vllm.base_url to a server every node reaches")
+
+    @property
+    def restarts(self) -> int:
+        """Restarts of the vLLM server in this run (0 without one: Ray restarts the workers
+        itself, and `replanned` counts what that cost)."""
+        return 0 if self.server is None else self.server.restarts
 
     # -- sampling ----------------------------------------------------------------------------------------
 
@@ -175,16 +237,16 @@ class RayRollouts:
         return [flat[j * K:(j + 1) * K] for j in range(len(tasks))]
 
     def _reload(self, worker: int, version: int) -> None:
-        """Bring a (restarted) worker to the round's weights; waits for Ray to restart it."""
+        """Bring a (restarted) worker to the round's weights (or served name); waits for Ray to restart it."""
         import ray
         from ray.exceptions import RayActorError
 
-        if self._weights is None or self._version != version:
+        if self._version != version or (self.server is None and self._weights is None):
             raise SyncError(f"no weights of policy version {version} to load into worker {worker}")
         deadline = time.monotonic() + 300
         while True:
             try:
-                ray.get(self.workers[worker].load.remote(self._weights, version))
+                ray.get(self._bring(self.workers[worker], version))
                 return
             except RayActorError:
                 if time.monotonic() > deadline:
@@ -193,10 +255,25 @@ class RayRollouts:
 
     # -- the backend ---------------------------------------------------------------------------------------
 
+    def _bring(self, worker: Any, version: int) -> Any:
+        """The Ray call that brings `worker` to `version`: its weights, or the server's name for them."""
+        if self.server is None:
+            return worker.load.remote(self._weights, version)
+        return worker.route.remote(self.server.sampler.model, version)
+
     def sync(self, learner: Any, version: int) -> SyncReport:
-        """Every worker loads the learner's weights as `version`, then the canary on each."""
+        """In process: every worker loads the learner's weights as `version`, then the canary on
+        each. With a vLLM server: its sync (canary included), then every worker is routed."""
         import ray
 
+        if self.server is not None:
+            report = self.server.sync(learner, version)
+            self._version = version
+            try:
+                ray.get([self._bring(w, version) for w in self.workers])
+            except Exception as exc:  # noqa: BLE001 - one line for the loop
+                raise SyncError(f"routing the Ray workers to policy version {version} failed: {first_line(exc)}") from None
+            return report
         start = time.perf_counter()
         source = learner.full_weights() if hasattr(learner, "full_weights") else dict(learner.model.named_parameters())
         dtype = torch.bfloat16 if self.bound == BF16_BOUND else torch.float32
@@ -230,20 +307,29 @@ class RayRollouts:
         return True
 
     def recover(self, reason: str) -> None:
-        """Nothing to restart here: Ray restarts dead actors, and `sample` re-plans their trees."""
+        """The vLLM server's recovery (restart a dead one, reload a lost adapter) when there is
+        one; the workers keep its address and served name. Nothing else to restart: Ray restarts
+        dead actors, and `sample` re-plans their trees."""
+        if self.server is not None:
+            self.server.recover(reason)
 
     def where(self) -> str:
-        """Where the workers' logs are."""
-        return "the Ray workers' logs (ray logs, or /tmp/ray/session_latest/logs on their nodes)"
+        """Where the workers' logs are (and the server's)."""
+        logs = "the Ray workers' logs (ray logs, or /tmp/ray/session_latest/logs on their nodes)"
+        return logs if self.server is None else f"{self.server.where()}; {logs}"
 
     def close(self) -> None:
-        """End the workers, and the Ray connection this run made."""
+        """End the workers, the Ray connection this run made and the vLLM backend."""
         import ray
 
-        for worker in self.workers:
-            ray.kill(worker, no_restart=True)
-        if self.owns_ray:
-            ray.shutdown()
+        try:
+            for worker in self.workers:
+                ray.kill(worker, no_restart=True)
+            if self.owns_ray:
+                ray.shutdown()
+        finally:
+            if self.server is not None:
+                self.server.close()
 
 
-__all__ = ["RayRollouts", "RayUnavailable", "RolloutWorker", "StaleWorker", "TreeResult", "check_reachable", "connect"]
+__all__ = ["RayRollouts", "RayUnavailable", "RolloutWorker", "ServerAddress", "StaleWorker", "TreeResult", "check_reachable", "connect"]
