@@ -150,3 +150,30 @@ def test_auto_weights_give_an_fp32_sampler_its_own_copy_when_rounds_are_sampled_
     assert samples_from_own_copy(ahead)  # the main job on a CPU without bf16 is not refused
     on_policy = load_config(LETTERS, preset="tiny", overrides=["sampler.weights=auto", "model.dtype=fp32"])
     assert not samples_from_own_copy(on_policy)  # nothing copied when nothing samples during the update
+
+
+def test_rounds_ahead_through_the_vllm_backend_ask_for_the_adapter_they_were_sampled_with(tmp_path: Path) -> None:
+    from sera.testing.fake_vllm import FakeVLLM
+    from sera.testing.tiny import tiny_model_and_tokenizer
+
+    model, tokenizer = tiny_model_and_tokenizer(seed=7)  # the learner's base (the config's seed)
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    fake = FakeVLLM(tmp_path / "base", "base", max_lora_rank=8).start()
+    out = tmp_path / "run"
+    try:
+        loop.run_train(_letters("steps.max_offpolicy_versions=1", "model.finetune=lora", "model.lora_rank=8",
+                                "model.lora_alpha=16", "sampler.backend=vllm", f"sampler.vllm.base_url={fake.base_url}"),
+                       out, log=lambda line: None)
+    finally:
+        fake.vanish()
+    records = _records(out)
+    assert [r["offpolicy/ahead"] for r in records] == [0, 1, 1]
+    assert [r["offpolicy/datum_lag_max"] for r in records] == [0, 1, 1]
+    assert [_versions(out, s) for s in range(3)] == [{0}, {0}, {1}]
+    assert [r["sync/adapter"] for r in records] == ["policy-v000001", "policy-v000002", "policy-v000003"]
+    # Rounds 1 and 2 were sampled during updates 0 and 1, from the adapter served then; each
+    # sync waited for that round (a sync needs an idle sampler) and its canary asked once.
+    asked = [name for route, name in fake.requests]
+    assert asked.count("policy-v000000") == 64 * 2 + 1 and asked.count("policy-v000001") == 64 + 1
+    assert asked.count("policy-v000002") == 1 and asked.count("policy-v000003") == 1

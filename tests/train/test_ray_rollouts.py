@@ -228,3 +228,19 @@ def test_a_started_server_on_127_0_0_1_is_refused_for_a_cluster_of_several_nodes
 
     with pytest.raises(RayUnavailable, match=r"the cluster has 2 nodes but the vLLM server is at http://127.0.0.1:8011/v1"):
         RayRollouts(_config("ray.address=local"), slow_trees, InFlight(), server=Server())  # type: ignore[arg-type]
+
+
+def test_ray_workers_sample_the_next_round_during_the_update(local_ray, tmp_path: Path) -> None:
+    # With the weights held still (lr 1e-30) the round sampled ahead by the workers, at the version
+    # before, is the round the on-policy run samples (tests/train/test_lookahead.py, in one process).
+    keys = ["max_steps=3", "seed=7", "optimizer.lr=1e-30", "ray.address=local", "ray.workers=2"]
+    on, ahead = tmp_path / "on", tmp_path / "ahead"
+    loop.run_train(load_config(LETTERS, preset="tiny", overrides=keys), on)
+    loop.run_train(load_config(LETTERS, preset="tiny", overrides=[*keys, "steps.max_offpolicy_versions=1"]), ahead)
+    records = [json.loads(x) for x in (ahead / "metrics.jsonl").read_text().splitlines()]
+    assert [r["offpolicy/ahead"] for r in records] == [0, 1, 1]
+    assert [r["offpolicy/datum_lag_max"] for r in records] == [0, 1, 1]
+    versions = [{json.loads(p.read_text())["policy_version"] for p in (ahead / "rollouts" / f"step_{s:05d}").glob("*.json")}
+                for s in range(3)]
+    assert versions == [{0}, {0}, {1}]
+    assert _trees(on) == _trees(ahead)
