@@ -31,7 +31,7 @@ from sera.serving.vllm_server import http_ok
 from sera.testing.fake_vllm import FakeVLLM
 from sera.testing.tiny import tiny_model_and_tokenizer
 from sera.train import loop
-from sera.train.config import load_config
+from sera.train.config import ConfigError, load_config
 from sera.train.run_dir import TrainError
 
 CONFIG = "configs/letters/rao.yaml"
@@ -257,3 +257,68 @@ def test_a_missing_vllm_python_stops_the_run_before_any_step_with_one_line(tmp_p
     text = str(missing.value)
     assert "\n" not in text and str(tmp_path / "venv/bin/python") in text and "make vllm-setup" in text
     assert not (out / "metrics.jsonl").exists() and not (out / "checkpoints").exists()
+
+
+# -- colocation: the server sleeps during the update (sampler.vllm.sleep_during_update) -----------
+
+
+def _served(events: list[str]) -> list[str]:
+    """`events` with each run of completions for one name folded into `complete NAME xN`."""
+    out: list[str] = []
+    for event in events:
+        if out and event.startswith("complete ") and out[-1].startswith(event + " x"):
+            name, n = out[-1].rsplit(" x", 1)
+            out[-1] = f"{name} x{int(n) + 1}"
+        else:
+            out.append(f"{event} x1" if event.startswith("complete ") else event)
+    return out
+
+
+@pytest.fixture
+def sleepy_server(tmp_path: Path):
+    """A fake server started with --enable-sleep-mode (the letters config's model, seed 11)."""
+    model, tokenizer = tiny_model_and_tokenizer(seed=11)
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    fake = FakeVLLM(tmp_path / "base", "base", max_lora_rank=8, sleep_mode=True).start()
+    yield fake
+    fake.vanish()
+
+
+SLEEP = [*LORA, "sampler.backend=vllm", "sampler.vllm.sleep_during_update=true"]
+
+
+def test_a_colocated_server_sleeps_through_every_update_and_wakes_for_the_sync(tmp_path, sleepy_server) -> None:
+    out = tmp_path / "run"
+    got = run(out, "max_steps=2", *SLEEP, f"sampler.vllm.base_url={sleepy_server.base_url}")
+    assert [line["trained"] for line in got] == [True, True]
+    assert [line["sync/adapter"] for line in got] == ["policy-v000001", "policy-v000002"]
+    # Each round samples (64 one-call trees), the server sleeps through the update, wakes, loads the
+    # new adapter and answers the canary's one probe; nothing is asked of it while it sleeps.
+    assert _served(sleepy_server.events) == [
+        "load policy-v000000", "complete policy-v000000 x65",
+        "sleep", "wake_up", "load policy-v000001", "complete policy-v000001 x65",
+        "sleep", "wake_up", "load policy-v000002", "complete policy-v000002 x1",
+    ]
+
+
+def test_a_server_without_sleep_mode_stops_the_run_before_the_update_with_one_line(tmp_path, user_server) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(InfraFailure) as refused:
+        run(out, "max_steps=2", *SLEEP, f"sampler.vllm.base_url={user_server.base_url}")
+    text = str(refused.value)
+    assert "\n" not in text and text.startswith("sampler.vllm.sleep_during_update: ") and "--enable-sleep-mode" in text
+    assert not (out / "metrics.jsonl").exists() or not lines(out)  # no update was made
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU server can sleep")
+def test_sleep_mode_for_a_server_started_on_the_cpu_is_refused_before_it_starts(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(ServingError, match=r"^sampler.vllm.sleep_during_update: vLLM's sleep mode needs a GPU server"):
+        run(out, "max_steps=1", *SLEEP)
+    assert not (out / "vllm-server.log").exists()
+
+
+def test_sleeping_during_the_update_and_sampling_during_it_are_refused_together() -> None:
+    with pytest.raises(ConfigError, match=r"sleep_during_update .* steps.max_offpolicy_versions=1"):
+        load_config(CONFIG, overrides=[*SLEEP, "steps.max_offpolicy_versions=1"])

@@ -7,7 +7,10 @@ adapter folder (the peft layout: `adapter_config.json` with at least `r`, `lora_
 name a model that requests can ask for; `POST /v1/unload_lora_adapter {"lora_name"}` removes
 the name. For full weights, `reload_weights(path)` asks the server to read a model folder in
 place (`POST /collective_rpc` with vLLM's `reload_weights`, a dev-mode route:
-`VLLM_SERVER_DEV_MODE=1`) and then `POST /reset_prefix_cache`. vLLM refuses a name that is already loaded (unless in place, which we never do: an
+`VLLM_SERVER_DEV_MODE=1`) and then `POST /reset_prefix_cache`. With sleep mode (a GPU server
+started with `--enable-sleep-mode`, dev mode), `sleep()` (`POST /sleep?level=1`) frees the
+server's GPU memory for a colocated learner's update and `wake_up()` (`POST /wake_up`) takes it
+back. vLLM refuses a name that is already loaded (unless in place, which we never do: an
 in-place reload can reuse prefix-cache blocks of the old weights), a rank above
 `--max-lora-rank`, and adapters it cannot read.
 
@@ -42,6 +45,10 @@ class AdapterUnloadError(AdminError):
 
 class WeightsLoadError(AdminError):
     """The server refused to reload its weights (or to reset its prefix cache)."""
+
+
+class SleepModeError(AdminError):
+    """The server refused to sleep or to wake up (no sleep mode, not in dev mode)."""
 
 
 class ServerUnreachable(AdminError):
@@ -125,6 +132,24 @@ class AdapterAdmin:
                 hint = " (start the server with VLLM_SERVER_DEV_MODE=1)" if refused.status == 404 else ""
                 raise WeightsLoadError(f"the vLLM server at {self.root} refused to {what}: HTTP {refused.status}: "
                                        f"{refused.message}{hint}") from None
+
+    def sleep(self, level: int = 1) -> None:
+        """Put the server to sleep (vLLM's sleep mode: `--enable-sleep-mode`, a GPU server, routes
+        that need `VLLM_SERVER_DEV_MODE=1`): level 1 moves the weights to host memory and drops the
+        KV cache, so that a learner colocated on the same GPU has its memory during the update."""
+        self._control(f"sleep?level={int(level)}", "sleep")
+
+    def wake_up(self) -> None:
+        """Wake a sleeping server (weights and KV cache back on its GPU)."""
+        self._control("wake_up", "wake up")
+
+    def _control(self, route: str, what: str) -> None:
+        try:
+            self._call("POST", route, {}, what=what, root=True)
+        except _Refused as refused:
+            hint = " (start the server with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1)" if refused.status == 404 else ""
+            raise SleepModeError(f"the vLLM server at {self.root} refused to {what}: HTTP {refused.status}: "
+                                 f"{refused.message}{hint}") from None
 
     def _call(self, method: str, route: str, payload: dict[str, Any] | None, *, what: str, root: bool = False) -> bytes:
         url = f"{self.root if root else self.base_url.rstrip('/')}/{route}"

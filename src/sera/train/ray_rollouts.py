@@ -299,12 +299,16 @@ class RayRollouts:
                           canary_tokens=n, load_s=loaded - start, canary_s=end - loaded)
 
     def before_update(self) -> None:
-        """Nothing: the workers free their caches when they load new weights."""
+        """The vLLM server's (it may sleep through the update); without one nothing: the workers
+        free their caches when they load new weights."""
+        if self.server is not None:
+            self.server.before_update()
 
     @property
     def samples_during_update(self) -> bool:
-        """The workers sample with their own copies of the weights."""
-        return True
+        """The workers sample with their own copies of the weights, or from the server, which keeps
+        serving unless it sleeps during the update."""
+        return self.server is None or self.server.samples_during_update
 
     def recover(self, reason: str) -> None:
         """The vLLM server's recovery (restart a dead one, reload a lost adapter) when there is

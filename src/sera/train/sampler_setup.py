@@ -54,7 +54,8 @@ def vllm_settings(cfg: TrainConfig) -> VllmSettings:
                         max_model_len=cfg.rollout.context, base_url=None if v.base_url is None else str(v.base_url),
                         kv_cache_gib=v.kv_cache_gib, start_timeout_s=v.start_timeout_s, restarts=v.restarts,
                         request_timeout_s=v.request_timeout_s, extra_args=tuple(v.extra_args),
-                        full_sync=v.full_sync if cfg.model.finetune == "full" else None)
+                        full_sync=v.full_sync if cfg.model.finetune == "full" else None,
+                        sleep_during_update=v.sleep_during_update)
 
 
 def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
