@@ -119,6 +119,17 @@ def fake_vllm_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return sys.executable
 
 
+def crash_fake_server(base_url: str) -> None:
+    """Make the fake server at `base_url` exit at once, and wait until it answers no more."""
+    root = base_url.removesuffix("/v1")
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{root}/fake/exit", data=b"{}", method="POST"), timeout=5)
+    except OSError:
+        pass  # the process exits without answering
+    while http_ok(f"{root}/health", 1):
+        time.sleep(0.1)
+
+
 def kill_server_at(version: int):
     """A tree policy that makes the server crash when the round of `version` starts sampling."""
     done = []
@@ -126,13 +137,7 @@ def kill_server_at(version: int):
     def tree_policy(policy, task, k):
         if not done and policy.model == f"policy-v{version:06d}":
             done.append(task.id)
-            root = policy.base_url.removesuffix("/v1")
-            try:
-                urllib.request.urlopen(urllib.request.Request(f"{root}/fake/exit", data=b"{}", method="POST"), timeout=5)
-            except OSError:
-                pass  # the process exits without answering
-            while http_ok(f"{root}/health", 1):
-                time.sleep(0.1)
+            crash_fake_server(policy.base_url)
         return policy
 
     return tree_policy

@@ -13,7 +13,6 @@ import json
 import os
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,6 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from sera.envs.registry import get_env  # noqa: E402
-from sera.serving.vllm_server import http_ok  # noqa: E402
 from sera.testing.fake_vllm import FakeVLLM  # noqa: E402
 from sera.testing.tiny import tiny_model_and_tokenizer  # noqa: E402
 from sera.train import loop  # noqa: E402
@@ -31,7 +29,7 @@ from sera.train.sampling import InFlight  # noqa: E402
 from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E402
 
 from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
-from .test_loop_infra import fake_vllm_python  # noqa: E402,F401 - a fixture
+from .test_loop_infra import crash_fake_server, fake_vllm_python  # noqa: E402,F401 - a fixture
 
 TESTS = Path(__file__).resolve().parents[1]
 LETTERS = "configs/letters/rao.yaml"
@@ -161,13 +159,7 @@ class KillServerOnce:
                 os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
             except FileExistsError:
                 return policy
-            root = policy.base_url.removesuffix("/v1")
-            try:
-                urllib.request.urlopen(urllib.request.Request(f"{root}/fake/exit", data=b"{}", method="POST"), timeout=5)
-            except OSError:
-                pass  # the process exits without answering
-            while http_ok(f"{root}/health", 1):
-                time.sleep(0.1)
+            crash_fake_server(policy.base_url)
         return policy
 
 
