@@ -25,6 +25,7 @@ from sera.testing.tiny import tiny_model_and_tokenizer  # noqa: E402
 from sera.train import loop  # noqa: E402
 from sera.train.config import load_config  # noqa: E402
 from sera.train.ray_rollouts import RayRollouts, RayUnavailable, check_reachable  # noqa: E402
+from sera.train.sampler_setup import open_backend  # noqa: E402
 from sera.train.sampling import InFlight  # noqa: E402
 from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E402
 
@@ -100,13 +101,25 @@ def slow_trees(policy, task, k):
     return _Slow(expert_on_tree_zero(policy, task, k))
 
 
-def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray) -> None:
-    cfg = _config("ray.address=local", "ray.workers=2", "rollout.trees_per_task=4")
+@pytest.mark.parametrize("served", [False, True], ids=["own-copies", "vllm-server"])
+def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray, tmp_path: Path, served: bool) -> None:
+    keys = ["ray.address=local", "ray.workers=2", "rollout.trees_per_task=4"]
+    if served:  # the workers send their requests to a (fake) vLLM server; a restarted one is routed again
+        keys += ["model.finetune=lora", "model.lora_rank=8", "model.lora_alpha=16", "sampler.backend=vllm"]
+    cfg = _config(*keys)
     spec = get_env(cfg.environment.name)
     model, tokenizer = load_model(cfg)
+    fake, server, inflight = None, None, InFlight()
+    if served:
+        model.save_pretrained(tmp_path / "base")  # the server's base: the learner's, before LoRA
+        tokenizer.save_pretrained(tmp_path / "base")
+        fake = FakeVLLM(tmp_path / "base", "base", max_lora_rank=8).start()
+        cfg = _config(*keys, f"sampler.vllm.base_url={fake.base_url}")
     learner = make_learner(cfg, model, tokenizer)
+    if served:
+        server = open_backend(cfg, tmp_path / "run", learner, tokenizer, inflight, None)
     tasks = training_tasks(cfg, spec)[:2]
-    rollouts = RayRollouts(cfg, slow_trees, InFlight())
+    rollouts = RayRollouts(cfg, slow_trees, inflight, server=server, tokenizer=tokenizer)  # type: ignore[arg-type]
     try:
         rollouts.sync(learner, 0)
         clean = rollouts.sample(tasks, 0, "execution", 0)
@@ -118,10 +131,14 @@ def test_a_worker_killed_mid_round_loses_no_tree_and_none_twice(local_ray) -> No
         time.sleep(0.1)
     finally:
         rollouts.close()
+        if fake is not None:
+            fake.vanish()
     assert [len(g) for g in again] == [4, 4]
     assert [[t.task_id for t in g] for g in again] == [[t.id] * 4 for t in tasks]
     assert [[t.seed for t in g] for g in again] == [[t.seed for t in g] for g in clean]  # each tree once, in place
     assert rollouts.replanned >= 1  # the killed worker's trees went to a worker again
+    if fake is not None:  # every model call asked the server for version 0's adapter
+        assert {name for route, name in fake.requests} == {"policy-v000000"}
 
 
 def test_an_unreachable_address_is_a_one_line_error() -> None:
