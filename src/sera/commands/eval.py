@@ -102,7 +102,9 @@ def eval_command(
 def _exit_if_over_infra_limit(summaries: list[Any], share: float) -> None:
     """Exit with status 1 when more than `share` of some summary's rollouts failed for
     infrastructure reasons (`--max-infra-failures`)."""
-    summary = next((s for s in summaries if s.infra_failure_rate > share), None)
+    from sera.eval.run import first_over_infra_limit
+
+    summary = first_over_infra_limit(summaries, share)
     if summary is not None:
         kinds = ", ".join(f"{k}: {n}" for k, n in summary.errors_by_kind.items())
         console.print(

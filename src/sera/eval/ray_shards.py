@@ -20,7 +20,7 @@ from dataclasses import replace
 from sera.eval.errors import EvalSetupError
 from sera.eval.job import EvalJob
 from sera.eval.merge import MergeResult
-from sera.ray_cluster import RayUnavailable, connect, first_line
+from sera.ray_cluster import connect, first_line
 
 
 def run_shard(job: EvalJob) -> tuple[int, int, str]:
@@ -74,4 +74,4 @@ def run_eval_on_ray(job: EvalJob, address: str, shards: int, *, shard_cpus: floa
     return merge_shards(job.out)
 
 
-__all__ = ["RayUnavailable", "run_eval_on_ray", "run_shard"]
+__all__ = ["run_eval_on_ray", "run_shard"]

@@ -11,7 +11,7 @@ loaded where it can; SIGINT or SIGTERM raises `Stopped` after the partial summar
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +29,7 @@ from sera.eval.store import check_out_dir
 from sera.eval.summary import EvalSummary
 from sera.types import Task
 
-__all__ = ["EvalJob", "EvalResult", "EvalSetupError", "Stopped", "merge_shards", "run_eval"]
+__all__ = ["EvalJob", "EvalResult", "EvalSetupError", "Stopped", "first_over_infra_limit", "merge_shards", "run_eval"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,14 @@ class EvalResult:
     """With `runs` (and no shard): mean ± std over the runs, as in OUT/summary.json."""
 
     def over_infra_limit(self, share: float) -> EvalSummary | None:
-        """The first summary where more than `share` of the rollouts failed for infrastructure
-        reasons (server down, 5xx, timeouts, sandbox refused), or None."""
-        return next((s for s in self.summaries if s.infra_failure_rate > share), None)
+        """`first_over_infra_limit` of this result's summaries."""
+        return first_over_infra_limit(self.summaries, share)
+
+
+def first_over_infra_limit(summaries: Iterable[EvalSummary], share: float) -> EvalSummary | None:
+    """The first summary where more than `share` of the rollouts failed for infrastructure
+    reasons (server down, 5xx, timeouts, sandbox refused), or None."""
+    return next((s for s in summaries if s.infra_failure_rate > share), None)
 
 
 def run_eval(job: EvalJob, *, show_progress: bool = False, log: Callable[[str], None] = print) -> EvalResult:
