@@ -297,3 +297,21 @@ def test_auto_dtype_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch:
     assert not samples_from_bf16_copy(cfg)
     with pytest.raises(ConfigError, match=r"sampler.weights='bf16_copy' with model.dtype='fp32'"):
         load_config(None, overrides=["model.device=cpu", "model.dtype=auto", "sampler.weights=bf16_copy"])
+
+
+def test_several_vllm_servers_are_for_ray_workers_and_each_needs_a_worker() -> None:
+    vllm = ["sampler.backend=vllm", "model.finetune=lora"]
+    two = ["sampler.vllm.base_url=[http://10.0.0.1:8000/v1, http://10.0.0.2:8000/v1]"]
+    cfg = load_config(None, overrides=[*vllm, *two, "ray.address=local", "ray.workers=2"])
+    assert cfg.sampler.vllm.urls == ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"] and cfg.sampler.vllm.count == 2
+    assert load_config(None, overrides=[*vllm, "sampler.vllm.base_url=http://h:1/v1"]).sampler.vllm.urls == ["http://h:1/v1"]
+    with pytest.raises(ConfigError, match=r"2 vLLM servers need Ray rollout workers \(ray.address\)"):
+        load_config(None, overrides=[*vllm, *two])
+    with pytest.raises(ConfigError, match=r"2 vLLM servers need Ray rollout workers"):
+        load_config(None, overrides=[*vllm, "sampler.vllm.servers=2"])
+    with pytest.raises(ConfigError, match=r"ray.workers=1 for 3 vLLM servers: a server without a worker would sit idle"):
+        load_config(None, overrides=[*vllm, "sampler.vllm.servers=3", "ray.address=local", "ray.workers=1"])
+    with pytest.raises(ConfigError, match=r"sampler.vllm.servers=2 with sampler.vllm.base_url: .* not both"):
+        load_config(None, overrides=[*vllm, *two, "sampler.vllm.servers=2", "ray.address=local"])
+    with pytest.raises(ConfigError, match=r"sampler.vllm.base_url.*an empty list"):
+        load_config(None, overrides=[*vllm, "sampler.vllm.base_url=[]"])

@@ -228,12 +228,73 @@ def test_a_server_killed_under_the_workers_is_restarted_and_the_round_sampled_ag
     assert (out / "vllm-server.log").read_text().count("--- sera: starting") == 2
 
 
+class MarkServer:
+    """A tree policy that leaves a file named after the sampling process and the server it asks."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __call__(self, policy, task, k):
+        (self.folder / f"{os.getpid()} {policy.base_url.replace('/', '_')}").touch()
+        return policy
+
+
+def test_ray_workers_spread_over_two_vllm_servers_each_synced_and_checked(local_ray, tmp_path: Path) -> None:
+    model, tokenizer = tiny_model_and_tokenizer(seed=11)
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    fakes = [FakeVLLM(tmp_path / "base", "base", max_lora_rank=8).start() for _ in range(2)]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "run"
+    urls = f"[{fakes[0].base_url}, {fakes[1].base_url}]"
+    try:
+        loop.run_train(load_config(LETTERS, overrides=[*VLLM, "max_steps=2", f"sampler.vllm.base_url={urls}"]),
+                       out, tree_policy=MarkServer(marks), log=lambda line: None)
+    finally:
+        for fake in fakes:
+            fake.vanish()
+    got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["policy_version"] for line in got] == [0, 1]
+    for line in got:
+        assert line["sync/canary_gap"] <= 1e-3
+        assert _recorded_versions(out, line["step"]) == {line["policy_version"]}
+    # Each worker asked one server, each its own; each server loaded every version and answered
+    # its own canary probe after each load; together they answered every call of the run.
+    asked = {}
+    for mark in marks.iterdir():
+        pid, url = mark.name.split(" ")
+        asked.setdefault(pid, set()).add(url)
+    assert len(asked) == 2 and all(len(urls) == 1 for urls in asked.values())
+    assert len(set().union(*asked.values())) == 2
+    for fake in fakes:
+        assert [e for e in fake.events if e.startswith("load")] == [f"load policy-v00000{v}" for v in range(3)]
+        assert {name for route, name in fake.requests} == {"policy-v000000", "policy-v000001", "policy-v000002"}
+    assert sum(len(fake.requests) for fake in fakes) == got[-1]["sampler_calls"] + 2 * 3
+
+
+def test_of_two_started_servers_the_one_killed_is_restarted_alone(local_ray, tmp_path: Path, fake_vllm_python) -> None:
+    out = tmp_path / "run"
+    cfg = load_config(LETTERS, overrides=[*VLLM, "max_steps=3", f"sampler.vllm.python={fake_vllm_python}",
+                                          "sampler.vllm.start_timeout_s=120", "sampler.vllm.restarts=1",
+                                          "sampler.vllm.servers=2"])
+    loop.run_train(cfg, out, tree_policy=KillServerOnce(1, tmp_path / "killed"), log=lambda line: None)
+    got = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [line["policy_version"] for line in got] == [0, 1, 2]
+    assert [line["infra/restarts"] for line in got] == [0, 1, 0]
+    assert [line["infra/resampled_rounds"] for line in got] == [0, 1, 0]
+    for line in got:
+        assert _recorded_versions(out, line["step"]) == {line["policy_version"]}
+    starts = sorted(log.read_text().count("--- sera: starting") for log in out.glob("vllm-server*.log"))
+    assert sorted(p.name for p in out.glob("vllm-server*.log")) == ["vllm-server-1.log", "vllm-server.log"]
+    assert starts == [1, 2]
+
+
 def test_a_started_server_on_127_0_0_1_is_refused_for_a_cluster_of_several_nodes(local_ray, monkeypatch) -> None:
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}, {"Alive": True}])
 
     class Server:
-        class sampler:  # noqa: N801 - the attribute RayRollouts reads
-            base_url = "http://127.0.0.1:8011/v1"
+        base_urls = ["http://10.0.0.5:8000/v1", "http://127.0.0.1:8011/v1"]  # what RayRollouts reads
 
     with pytest.raises(RayUnavailable, match=r"the cluster has 2 nodes but the vLLM server is at http://127.0.0.1:8011/v1"):
         RayRollouts(_config("ray.address=local"), slow_trees, InFlight(), server=Server())  # type: ignore[arg-type]

@@ -87,6 +87,13 @@ class VllmSettings:
     sleep_during_update: bool = False
     """Put the server to sleep before each update and wake it for the sync (vLLM's sleep mode, a
     GPU server sharing its GPU with the learner); a started server gets `--enable-sleep-mode`."""
+    log_name: str = SERVER_LOG
+    """The started server's log file under the run folder (`server_log_name`)."""
+
+
+def server_log_name(index: int) -> str:
+    """The log file of started server `index`: `vllm-server.log`, then `vllm-server-1.log`, ..."""
+    return SERVER_LOG if index == 0 else f"vllm-server-{index}.log"
 
 
 def serving_base(out: Path, model: torch.nn.Module, tokenizer: Any, *, model_name: str, initialized: bool) -> Path:
@@ -154,16 +161,26 @@ class VllmBackend:
             return f"see the vLLM server log {self.server.log_path}"
         return f"see the log of the vLLM server at {self.sampler.base_url}"
 
-    def sync(self, learner: Any, version: int) -> SyncReport:
+    @property
+    def base_urls(self) -> list[str]:
+        """The server's `/v1` root (a list, as `VllmGroup.base_urls`)."""
+        return [self.sampler.base_url]
+
+    def served_name(self, server: int = 0) -> str:
+        """The name the current version is served under (the only server is server 0)."""
+        return self.sampler.model
+
+    def sync(self, learner: Any, version: int, saved: Path | None = None) -> SyncReport:
         """The weights sync, once more after `recover` when the server did not answer;
-        every failure a `SyncError` naming its cause."""
+        every failure a `SyncError` naming its cause. `saved`: the version's folder, already
+        written (another server of the run saved it)."""
         try:
             try:
                 self._wake()
-                return self.adapters.sync(learner, version)
+                return self.adapters.sync(learner, version, saved)
             except ServerUnreachable as exc:
                 self.recover(f"weight sync to policy version {version}: {exc}")
-                return self.adapters.sync(learner, version)
+                return self.adapters.sync(learner, version, saved)
         except (AdminError, InfraFailure) as exc:
             raise SyncError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -244,7 +261,7 @@ def open_vllm_backend(settings: VllmSettings, out: Path, tokenizer: Any, in_flig
             cpu=not torch.cuda.is_available(), prefix_caching=True, extra_args=tuple(v.extra_args),
             sleep_mode=v.sleep_during_update,
             extra_env={"VLLM_SERVER_DEV_MODE": "1"} if v.full_sync == "reload" or v.sleep_during_update else {},
-            log_path=(out / SERVER_LOG).resolve(),
+            log_path=(out / v.log_name).resolve(),
         )
         try:
             server.start(v.start_timeout_s)
@@ -295,4 +312,4 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
 
 
 __all__ = ["SAMPLER_BASE_DIR", "SERVED_BASE", "SERVER_LOG", "VllmBackend", "VllmSettings", "open_vllm_backend",
-           "serving_base", "vllm_sampler"]
+           "server_log_name", "serving_base", "vllm_sampler"]

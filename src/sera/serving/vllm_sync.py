@@ -73,11 +73,12 @@ class VLLMAdapterSync:
     current: tuple[str, Path] | None = None
     """The adapter served now: (name, folder)."""
 
-    def sync(self, learner: Any, version: int) -> SyncReport:
-        """Save, load, route, retire the previous adapter, and run the canary (module docstring)."""
+    def sync(self, learner: Any, version: int, saved: Path | None = None) -> SyncReport:
+        """Save (unless `saved`: the version's folder, written already), load, route, retire the
+        previous adapter, and run the canary (module docstring)."""
         start = time.perf_counter()
         check_idle(self.in_flight, version)
-        path = save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
+        path = saved or save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
         saved = time.perf_counter()
         name = adapter_name(version)
         self._load(name, path)
@@ -113,12 +114,17 @@ class VLLMAdapterSync:
 def save_version(learner: Any, folder: Path, version: int, error: type[SyncError], what: str) -> Path:
     """`learner.save_for_sampler` into `folder/v{version:06d}` (absolute path returned); a write
     that fails is `error` naming `what` was written, the version and the folder."""
-    path = (folder / f"v{version:06d}").resolve()
+    path = version_folder(folder, version)
     try:
         learner.save_for_sampler(path)
     except OSError as exc:
         raise error(f"writing {what} of policy version {version} into {path} failed: {exc.strerror or exc}") from None
     return path
+
+
+def version_folder(folder: Path, version: int) -> Path:
+    """Where policy `version`'s adapter (or weights) folder is written under `folder`, absolute."""
+    return (folder / f"v{version:06d}").resolve()
 
 
 def remove_other_versions(folder: Path, keep: Path) -> None:

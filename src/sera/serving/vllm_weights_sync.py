@@ -69,11 +69,12 @@ class VLLMWeightsSync:
             raise SyncError("sampler.vllm.full_sync=restart restarts the server sera started; a server given by "
                             "sampler.vllm.base_url takes full weights only with full_sync=reload")
 
-    def sync(self, learner: Any, version: int) -> SyncReport:
-        """Save, serve, retire the older folders, and run the canary."""
+    def sync(self, learner: Any, version: int, saved: Path | None = None) -> SyncReport:
+        """Save (unless `saved`: the version's folder, written already), serve, retire the older
+        folders, and run the canary."""
         start = time.perf_counter()
         check_idle(self.in_flight, version)
-        path = save_version(learner, self.folder, version, WeightsSaveError, "the weights")
+        path = saved or save_version(learner, self.folder, version, WeightsSaveError, "the weights")
         saved = time.perf_counter()
         self._serve(path)
         self.current = path

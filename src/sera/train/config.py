@@ -327,8 +327,14 @@ class VllmConfig(_Section):
     python: str | None = None
     """The python of the vLLM virtualenv (`make vllm-setup`); null: `$SERA_VLLM_PYTHON`, else
     `.venv-vllm/bin/python` of the repository."""
-    base_url: str | None = None
-    """A running server to use (its `/v1` root); null: sera starts one on 127.0.0.1 and stops it."""
+    base_url: str | list[str] | None = None
+    """A running server to use (its `/v1` root), or a list of several (Ray rollout workers only:
+    worker i sends its requests to server i mod their number); null: sera starts
+    `sampler.vllm.servers` on 127.0.0.1 and stops them. Every server must serve the learner's
+    base model (the canary checks each)."""
+    servers: int = Field(1, ge=1)
+    """Servers sera starts when `base_url` is null, each on its own port (logs `OUT/vllm-server.log`,
+    `OUT/vllm-server-1.log`, ...); more than one only with Ray rollout workers, which spread over them."""
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
     """Server weights and compute; `auto`: bf16 on a GPU or a CPU with native bf16, else fp32."""
     kv_cache_gib: int = Field(4, ge=1)
@@ -352,6 +358,23 @@ class VllmConfig(_Section):
     1: weights to host memory, KV cache dropped) so that the learner has the GPU's memory, and wake
     it for the sync. A started server gets `--enable-sleep-mode`; a given one must have it. GPU
     servers only (vLLM has no sleep mode on CPU); no sampling during the update."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _some_url(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list) and not value:
+            raise ValueError("an empty list: give one URL, several, or null (sera starts the servers)")
+        return value
+
+    @property
+    def urls(self) -> list[str]:
+        """The given servers' URLs (none when sera starts its own)."""
+        return [] if self.base_url is None else [self.base_url] if isinstance(self.base_url, str) else list(self.base_url)
+
+    @property
+    def count(self) -> int:
+        """How many servers the run samples from."""
+        return len(self.urls) or self.servers
 
 
 class SamplerConfig(_Section):
@@ -506,6 +529,17 @@ class TrainConfig(_Section):
             raise ValueError("sampler.vllm.sleep_during_update puts the server to sleep during the update, when "
                              f"steps.max_offpolicy_versions={self.steps.max_offpolicy_versions} would sample the next "
                              "round from it; choose one")
+        v = self.sampler.vllm
+        if v.base_url is not None and v.servers > 1:
+            raise ValueError(f"sampler.vllm.servers={v.servers} with sampler.vllm.base_url: set the servers of your own "
+                             "(a list in base_url) or the number sera starts (servers), not both")
+        if self.sampler.backend == "vllm" and v.count > 1:
+            if self.ray.address is None:
+                raise ValueError(f"sampler.vllm: {v.count} vLLM servers need Ray rollout workers (ray.address) to spread "
+                                 "the trees over them; without Ray the driver samples from one server")
+            if self.ray.workers < v.count:
+                raise ValueError(f"ray.workers={self.ray.workers} for {v.count} vLLM servers: a server without a worker "
+                                 "would sit idle; give at least as many workers as servers")
         if self.ray.address is not None and self.eval.every:
             raise ValueError(f"ray.address={self.ray.address!r} with eval.every={self.eval.every}: periodic evaluation "
                              "does not run on Ray workers yet; set eval.every=0 and use sera eval on the checkpoints")

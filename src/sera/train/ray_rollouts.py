@@ -6,7 +6,8 @@ the driver assigns it. The sampler is either its own copy of the policy (`sample
 inprocess`: a `TransformersSampler` over the model in the sampler's dtype) or an HTTP client of
 the run's vLLM server (`sampler.backend: vllm`: the driver starts or reaches the server and syncs
 the weights into it; the workers only send it requests, under the served name of the current
-version). `RayRollouts` is both the loop's tree sampler and its `SamplerBackend`:
+version). With several servers (`sampler.vllm.servers`, or a list of URLs), worker i sends its
+requests to server i mod their number. `RayRollouts` is both the loop's tree sampler and its `SamplerBackend`:
 
 - `sample(tasks, step, stage, version)`: tree k of a task goes to worker (i mod W), i its index in
   the round; a tree's seed comes from (run seed, step, task id, k) as in one process, so the same
@@ -44,6 +45,7 @@ from sera.types import RolloutTree, Task
 
 if TYPE_CHECKING:
     from sera.serving.vllm_backend import VllmBackend
+    from sera.serving.vllm_group import VllmGroup
 
 
 class StaleWorker(RuntimeError):
@@ -155,24 +157,24 @@ class RayRollouts:
     """No sampler in the driver: the workers hold the policy."""
 
     def __init__(self, cfg: TrainConfig, tree_policy: TreePolicy, inflight: InFlight,
-                 server: VllmBackend | None = None, tokenizer: Any = None) -> None:
+                 server: VllmBackend | VllmGroup | None = None, tokenizer: Any = None) -> None:
         """Connect to `ray.address` and start `ray.workers` actors: each loads the model, or with
-        `server` (the run's vLLM backend, opened by the driver; closed by `close`) sends its
-        requests to that server, tokenizing with `tokenizer`."""
+        `server` (the run's vLLM backend or servers, opened by the driver; closed by `close`) sends
+        its requests to that server (worker i to server i mod their number), tokenizing with `tokenizer`."""
         import ray
 
         self.cfg, self.inflight, self.server = cfg, inflight, server
         self.owns_ray = connect(cfg)
         if server is not None:
-            self._check_reachable_by_every_node(server.sampler.base_url)
+            for base_url in server.base_urls:
+                self._check_reachable_by_every_node(base_url)
         self.bound = BF16_BOUND if cfg.model.dtype == "bf16" else FP32_BOUND
         self.replanned = 0
         """Trees sampled again this run because their worker died or had restarted."""
         actor = ray.remote(RolloutWorker).options(
             num_cpus=cfg.ray.worker_cpus, num_gpus=cfg.ray.worker_gpus, max_restarts=-1, max_task_retries=0,
             max_concurrency=max(1, cfg.rollout.concurrency) + 2)  # the trees plus a load or probe
-        address = None if server is None else ServerAddress(server.sampler.base_url, tokenizer)
-        self.workers = [actor.remote(cfg, tree_policy, i, address) for i in range(cfg.ray.workers)]
+        self.workers = [actor.remote(cfg, tree_policy, i, self._address(i, tokenizer)) for i in range(cfg.ray.workers)]
         self._weights: Any = None
         self._version: int | None = None
 
@@ -188,6 +190,16 @@ class RayRollouts:
             raise RayUnavailable(f"ray.address={self.cfg.ray.address!r}: the cluster has {nodes} nodes but the vLLM "
                                  f"server is at {base_url}, which workers on other nodes cannot reach; set "
                                  "sampler.vllm.base_url to a server every node reaches")
+
+    def _server_of(self, worker: int) -> int:
+        """The index of the server worker `worker` sends its requests to."""
+        assert self.server is not None
+        return worker % len(self.server.base_urls)
+
+    def _address(self, worker: int, tokenizer: Any) -> ServerAddress | None:
+        if self.server is None:
+            return None
+        return ServerAddress(self.server.base_urls[self._server_of(worker)], tokenizer)
 
     @property
     def restarts(self) -> int:
@@ -246,7 +258,7 @@ class RayRollouts:
         deadline = time.monotonic() + 300
         while True:
             try:
-                ray.get(self._bring(self.workers[worker], version))
+                ray.get(self._bring(worker, version))
                 return
             except RayActorError:
                 if time.monotonic() > deadline:
@@ -255,11 +267,11 @@ class RayRollouts:
 
     # -- the backend ---------------------------------------------------------------------------------------
 
-    def _bring(self, worker: Any, version: int) -> Any:
-        """The Ray call that brings `worker` to `version`: its weights, or the server's name for them."""
+    def _bring(self, worker: int, version: int) -> Any:
+        """The Ray call that brings worker `worker` to `version`: its weights, or its server's name for them."""
         if self.server is None:
-            return worker.load.remote(self._weights, version)
-        return worker.route.remote(self.server.sampler.model, version)
+            return self.workers[worker].load.remote(self._weights, version)
+        return self.workers[worker].route.remote(self.server.served_name(self._server_of(worker)), version)
 
     def sync(self, learner: Any, version: int) -> SyncReport:
         """In process: every worker loads the learner's weights as `version`, then the canary on
@@ -270,7 +282,7 @@ class RayRollouts:
             report = self.server.sync(learner, version)
             self._version = version
             try:
-                ray.get([self._bring(w, version) for w in self.workers])
+                ray.get([self._bring(i, version) for i in range(len(self.workers))])
             except Exception as exc:  # noqa: BLE001 - one line for the loop
                 raise SyncError(f"routing the Ray workers to policy version {version} failed: {first_line(exc)}") from None
             return report

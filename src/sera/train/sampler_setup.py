@@ -41,9 +41,10 @@ def server_dtype(cfg: TrainConfig) -> str:
     return {"fp32": "float32", "bf16": "bfloat16"}[setting]
 
 
-def vllm_settings(cfg: TrainConfig) -> VllmSettings:
-    """`sampler.vllm` and what the server must match of the learner (LoRA rank, context, dtype)."""
-    from sera.serving.vllm_backend import VllmSettings
+def vllm_settings(cfg: TrainConfig, server: int = 0) -> VllmSettings:
+    """`sampler.vllm` and what the server must match of the learner (LoRA rank, context, dtype),
+    for server `server` of the run's `sampler.vllm.count` (its URL when given, its log name when started)."""
+    from sera.serving.vllm_backend import VllmSettings, server_log_name
     from sera.serving.vllm_sync import VLLM_FP32_BOUND
 
     v = cfg.sampler.vllm
@@ -51,11 +52,11 @@ def vllm_settings(cfg: TrainConfig) -> VllmSettings:
     # fp32 on both sides agrees to 1e-3; bf16 on either side only to BF16_BOUND.
     bound = VLLM_FP32_BOUND if dtype == "float32" and cfg.model.dtype == "fp32" else BF16_BOUND
     return VllmSettings(python=vllm_python(cfg), dtype=dtype, canary_bound=bound, lora_rank=cfg.model.lora_rank,
-                        max_model_len=cfg.rollout.context, base_url=None if v.base_url is None else str(v.base_url),
+                        max_model_len=cfg.rollout.context, base_url=v.urls[server] if v.urls else None,
                         kv_cache_gib=v.kv_cache_gib, start_timeout_s=v.start_timeout_s, restarts=v.restarts,
                         request_timeout_s=v.request_timeout_s, extra_args=tuple(v.extra_args),
                         full_sync=v.full_sync if cfg.model.finetune == "full" else None,
-                        sleep_during_update=v.sleep_during_update)
+                        sleep_during_update=v.sleep_during_update, log_name=server_log_name(server))
 
 
 def serving_base_if_needed(cfg: TrainConfig, out: Path, model: torch.nn.Module, tokenizer: Any,
@@ -87,8 +88,9 @@ def samples_from_own_copy(cfg: TrainConfig) -> bool:
 
 def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLearner, tokenizer: Any, inflight: InFlight,
                  base_dir: Path | None) -> SamplerBackend:
-    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here). A
-    sharded learner's sampler runs its unsharded replica, refreshed from the gathered weights."""
+    """The backend `cfg.sampler.backend` names (a vLLM server is started or reached here; several,
+    for Ray rollout workers, as one `VllmGroup`). A sharded learner's sampler runs its unsharded
+    replica, refreshed from the gathered weights."""
     if cfg.sampler.backend == "inprocess":
         sharded = isinstance(learner, ShardedLearner)
         # Rows beyond the trees: children and rubric calls run beside their parents.
@@ -100,5 +102,9 @@ def open_backend(cfg: TrainConfig, out: Path, learner: TorchLearner | ShardedLea
                                       own_copy=samples_from_own_copy(cfg),
                                       weights=learner.full_weights if sharded else None)
     from sera.serving.vllm_backend import open_vllm_backend
+    from sera.serving.vllm_group import open_vllm_group
 
+    if cfg.sampler.vllm.count > 1:  # only behind Ray rollout workers (the config refuses it otherwise)
+        settings = [vllm_settings(cfg, i) for i in range(cfg.sampler.vllm.count)]
+        return open_vllm_group(settings, out, tokenizer, lambda: inflight.count, base_dir)
     return open_vllm_backend(vllm_settings(cfg), out, tokenizer, lambda: inflight.count, base_dir)
