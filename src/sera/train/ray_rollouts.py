@@ -203,7 +203,7 @@ class RayRollouts:
 
     @property
     def restarts(self) -> int:
-        """Restarts of the vLLM server in this run (0 without one: Ray restarts the workers
+        """Restarts of the vLLM server(s) in this run (0 without one: Ray restarts the workers
         itself, and `replanned` counts what that cost)."""
         return 0 if self.server is None else self.server.restarts
 
