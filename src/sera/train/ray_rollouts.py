@@ -273,6 +273,19 @@ class RayRollouts:
             return self.workers[worker].load.remote(self._weights, version)
         return self.workers[worker].route.remote(self.server.served_name(self._server_of(worker)), version)
 
+    def _bring_all(self, version: int) -> None:
+        """Every worker to `version`, at once; one that Ray is restarting (it died, e.g. killed by
+        Ray's memory monitor) is waited for and brought when it is back (`_reload`)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        calls = [self._bring(i, version) for i in range(len(self.workers))]
+        for i, call in enumerate(calls):
+            try:
+                ray.get(call)
+            except RayActorError:
+                self._reload(i, version)
+
     def sync(self, learner: Any, version: int) -> SyncReport:
         """In process: every worker loads the learner's weights as `version`, then the canary on
         each. With a vLLM server: its sync (canary included), then every worker is routed."""
@@ -282,7 +295,7 @@ class RayRollouts:
             report = self.server.sync(learner, version)
             self._version = version
             try:
-                ray.get([self._bring(i, version) for i in range(len(self.workers))])
+                self._bring_all(version)
             except Exception as exc:  # noqa: BLE001 - one line for the loop
                 raise SyncError(f"routing the Ray workers to policy version {version} failed: {first_line(exc)}") from None
             return report
@@ -292,7 +305,7 @@ class RayRollouts:
         weights = {name: tensor.detach().to("cpu", dtype, copy=True) for name, tensor in source.items()}
         self._weights, self._version = ray.put(weights), version
         try:
-            ray.get([w.load.remote(self._weights, version) for w in self.workers])
+            self._bring_all(version)
         except Exception as exc:  # noqa: BLE001 - one line for the loop
             raise SyncError(f"loading policy version {version} into the Ray workers failed: {first_line(exc)}") from None
         loaded = time.perf_counter()
