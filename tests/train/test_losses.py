@@ -186,3 +186,33 @@ def test_sft_empty_mask_is_zero_with_gradient_path():
     assert loss.item() == 0.0
     loss.backward()
     assert torch.equal(logprobs.grad, torch.zeros(2))
+
+
+@pytest.mark.parametrize("name", ["cispo", "ppo_clip", "pg"])
+def test_negative_scale_damps_only_the_push_down_of_worse_than_baseline_tokens(name: str) -> None:
+    base = torch.tensor([[-0.5, -1.0], [-0.2, -2.0]])
+    old = base.clone()
+    advantages = torch.tensor([1.0, -1.0])  # row 0 better than its baseline, row 1 worse
+    mask = torch.ones(2, 2, dtype=torch.bool)
+
+    def grad(**options):
+        logprobs = base.clone().requires_grad_(True)
+        LOSSES[name](logprobs, old, advantages, mask, **options).backward()
+        return logprobs.grad
+
+    full, half, none = grad(), grad(negative_scale=0.5), grad(negative_scale=0.0)
+    assert torch.equal(full[0], half[0]) and torch.equal(full[0], none[0])  # better-than-baseline: unchanged
+    assert torch.allclose(half[1], full[1] * 0.5) and torch.all(none[1] == 0) and torch.all(full[1] != 0)
+    with pytest.raises(ValueError, match="negative_scale"):
+        grad(negative_scale=1.5)
+
+
+def test_negative_scale_reaches_the_learner_only_when_set() -> None:
+    from sera.testing.tiny import tiny_model_and_tokenizer
+    from sera.train.config import load_config
+    from sera.train.setup import learner_config
+
+    _, tokenizer = tiny_model_and_tokenizer(seed=1)
+    assert "negative_scale" not in learner_config(load_config(None), tokenizer).loss_options
+    assert learner_config(load_config(None, overrides=["loss.negative_scale=0"]), tokenizer).loss_options == {
+        "clip_low": 0.0, "clip_high": 5.0, "negative_scale": 0.0}

@@ -3,6 +3,8 @@
 All losses are token means over the trainable tokens M of the whole batch:
 `L = (1/|M|) Σ_{t ∈ M} ℓ_t`. When a learner splits a batch into microbatches it must weight
 each microbatch loss by `|M_mb| / |M_total|` to reproduce the full-batch mean.
+`negative_scale` (every policy loss) multiplies the negative advantages: 1 is the paper's; below 1
+damps the push-down of worse-than-baseline trajectories (`loss.negative_scale`).
 Shapes: `logprobs`, `old_logprobs`, `mask` are `[B, T]` or `[T]`; `advantages` is per token
 (same shape), per sequence (`[B]`, broadcast over T) or a scalar. Positions outside M may hold
 anything (padding, NaN): they are replaced before any arithmetic, so they reach neither the
@@ -29,9 +31,13 @@ class _Batch(NamedTuple):
 
 
 def _prepare(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor,
+    negative_scale: float = 1.0,
 ) -> _Batch:
-    """Validate shapes and values, broadcast advantages, and blank out positions outside M."""
+    """Validate shapes and values, broadcast advantages (the negative ones times
+    `negative_scale`), and blank out positions outside M."""
+    if not 0.0 <= negative_scale <= 1.0:
+        raise ValueError(f"need 0 <= negative_scale <= 1, got {negative_scale!r}")
     if logprobs.dim() not in (1, 2):
         raise ValueError(f"logprobs must be [B, T] or [T], got shape {tuple(logprobs.shape)}")
     for name, tensor in (("old_logprobs", old_logprobs), ("mask", mask)):
@@ -52,6 +58,8 @@ def _prepare(
             f"{tuple(logprobs.shape)} nor one value per sequence"
         )
     adv = adv.expand_as(logprobs)
+    if negative_scale != 1.0:
+        adv = torch.where(adv < 0, adv * negative_scale, adv)
     old = old_logprobs.detach().to(device=logprobs.device, dtype=logprobs.dtype)
     for name, tensor in (("old_logprobs", old), ("advantages", adv)):
         bad = int(torch.isnan(tensor[m]).sum())
@@ -80,6 +88,7 @@ def cispo_loss(
     mask: torch.Tensor,
     clip_low: float = 0.0,
     clip_high: float = 5.0,
+    negative_scale: float = 1.0,
 ) -> torch.Tensor:
     """CISPO (§7.4).
 
@@ -89,7 +98,7 @@ def cispo_loss(
     """
     if not 0.0 <= clip_low <= clip_high:
         raise ValueError(f"need 0 <= clip_low <= clip_high, got {clip_low!r}, {clip_high!r}")
-    batch = _prepare(logprobs, old_logprobs, advantages, mask)
+    batch = _prepare(logprobs, old_logprobs, advantages, mask, negative_scale)
     ratio = torch.exp(batch.logprobs.detach() - batch.old_logprobs)
     weight = ratio.clamp(clip_low, clip_high)
     return _token_mean(-(weight * batch.advantages * batch.logprobs), batch, logprobs)
@@ -102,11 +111,12 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     eps_low: float = 0.2,
     eps_high: float = 0.26,
+    negative_scale: float = 1.0,
 ) -> torch.Tensor:
     """PPO-clip: token mean of `-min(ρ_t A_t, clip(ρ_t, 1 - eps_low, 1 + eps_high) A_t)`."""
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got {eps_low!r}, {eps_high!r}")
-    batch = _prepare(logprobs, old_logprobs, advantages, mask)
+    batch = _prepare(logprobs, old_logprobs, advantages, mask, negative_scale)
     ratio = torch.exp(batch.logprobs - batch.old_logprobs)
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     surrogate = torch.minimum(ratio * batch.advantages, clipped * batch.advantages)
@@ -114,10 +124,10 @@ def ppo_clip_loss(
 
 
 def policy_gradient_loss(
-    logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor
+    logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor, negative_scale: float = 1.0
 ) -> torch.Tensor:
     """REINFORCE: token mean of `-A_t · log π_θ(a_t)` (on-policy; no ratio)."""
-    batch = _prepare(logprobs, torch.zeros_like(logprobs), advantages, mask)
+    batch = _prepare(logprobs, torch.zeros_like(logprobs), advantages, mask, negative_scale)
     return _token_mean(-(batch.advantages * batch.logprobs), batch, logprobs)
 
 
@@ -138,10 +148,11 @@ def _sft_with_old(
 
 
 def _policy_gradient_with_old(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Advantages, mask: torch.Tensor,
+    negative_scale: float = 1.0,
 ) -> torch.Tensor:
     """`policy_gradient_loss` under the common signature (the old log-probs are not used)."""
-    return policy_gradient_loss(logprobs, advantages, mask)
+    return policy_gradient_loss(logprobs, advantages, mask, negative_scale)
 
 
 LossFn = Callable[..., torch.Tensor]

@@ -37,6 +37,8 @@ def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None)
     loss = cfg.loss
     options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
                "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
+    if loss.negative_scale != 1.0:  # only when set: the paper's runs keep the losses' own defaults
+        options = {**options, "negative_scale": loss.negative_scale}
     lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
     o = cfg.optimizer
     return LearnerConfig(
