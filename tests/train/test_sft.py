@@ -163,6 +163,38 @@ def test_a_resumed_lora_run_keeps_the_init_from_base(sft_run, tmp_path: Path) ->
     assert len(trained) == 2 and all(y == pytest.approx(x, abs=1e-5) for x, y in trained)
 
 
+def test_a_lora_run_from_init_loads_as_its_adapter_on_the_init_weights(sft_run, tmp_path: Path) -> None:
+    # What sera eval / the main job's evaluation load for a LoRA run started with --init-from:
+    # the adapter merged into the SFT weights it was trained on, not into the bare base model.
+    from sera.checkpoints.lora import LoraSettings
+    from sera.policy.checkpoint_model import CheckpointModelError, apply_learner_weights, load_trained, resolve
+
+    out, _ = sft_run
+    cfg = load_config(LETTERS, overrides=["max_steps=1", "batch_tasks=2", "K=2", "model.finetune=lora",
+                                          "model.lora_rank=8", "optimizer.lr=1e-2"])
+    run = tmp_path / "rl"
+    run_train(cfg, run, init_from=out, log=_quiet)
+    loaded, _ = load_trained(resolve(str(run)))
+    state = torch.load(load_latest(run / "checkpoints").file("learner.pt"), weights_only=True)
+    init, _, _ = load_init(out, cfg)
+    lora = LoraSettings(rank=8, alpha=cfg.model.lora_alpha)
+    expected = apply_learner_weights(init, state, lora=lora, where="test", merge=True)
+    bare = apply_learner_weights(load_model(cfg)[0], state, lora=lora, where="test", merge=True)
+    for (name, tensor), want, old in zip(loaded.state_dict().items(), expected.state_dict().values(),
+                                         bare.state_dict().values()):
+        assert torch.equal(tensor, want), name
+    assert any(not torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), bare.state_dict().values()))
+    # The init checkpoint replaced (another sha256) or gone: one line, nothing loaded.
+    record = json.loads((run / INIT_FILE).read_text())
+    (run / INIT_FILE).write_text(json.dumps({**record, "identity": "step_000004 learner.pt sha256:0"}))
+    with pytest.raises(CheckpointModelError, match=r"a LoRA adapter trained on .*sha256:0 .* which is now step_000004") as err:
+        load_trained(resolve(str(run)))
+    assert "\n" not in str(err.value)
+    (run / INIT_FILE).write_text(json.dumps({**record, "checkpoint": str(tmp_path / "gone")}))
+    with pytest.raises(CheckpointModelError, match=r"which is gone; the adapter fits those weights only"):
+        load_trained(resolve(str(run)))
+
+
 def test_init_from_bad_folders(sft_run, tmp_path: Path) -> None:
     out, _ = sft_run
     cfg = load_config(LETTERS, overrides=["max_steps=1"])

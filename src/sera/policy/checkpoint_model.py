@@ -10,7 +10,9 @@
   or `tiny`, the seeded random test model); `learner.pt` holds `TorchLearner.state_dict()`:
   `weights` (every parameter, or with `lora: true` the peft adapter's) — the base model is
   loaded and the weights applied (strictly: a key that does not fit is an error), an adapter
-  is merged into the base;
+  is merged into the base — for a LoRA run started with `--init-from`, into the model of the
+  checkpoint its `init_from.json` names (checked by its sha256), since the adapter was trained
+  on those weights;
 - a folder written by `TorchLearner.save_for_sampler`: the full model (`config.json`, weights,
   tokenizer) loads as any model folder; a peft adapter (`adapter_config.json`) is merged into the
   base its config names (`base_model_name_or_path`).
@@ -36,6 +38,9 @@ LEARNER_FILE = "learner.pt"
 """The learner's state in a `sera train` checkpoint."""
 RUN_CONFIG = "config.yaml"
 """The run's config in a `sera train` run directory."""
+INIT_RECORD = "init_from.json"
+"""In a `sera train` run directory started with `--init-from`: the checkpoint whose weights
+started it (`path`, `checkpoint`, `identity`, `base`)."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 """Any of these means a folder has a tokenizer."""
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -122,12 +127,35 @@ def load_trained(source: CheckpointSource, *, merge: bool = True) -> tuple[torch
         return _load_adapter(source, merge=merge)
     assert source.config is not None
     run = _run_model(source.config)
-    model, tokenizer = _base_model(run.name, seed=run.seed)
+    init = _init_model(source) if run.lora is not None else None  # full weights replace every parameter
+    model, tokenizer = init if init is not None else _base_model(run.name, seed=run.seed)
     try:
         state = torch.load(source.path / LEARNER_FILE, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # validated against its manifest, so this is a torch-level problem
         raise CheckpointModelError(f"{source.path / LEARNER_FILE} cannot be read: {type(exc).__name__}: {exc}") from None
     return apply_learner_weights(model, state, lora=run.lora, where=source.path / LEARNER_FILE, merge=merge), tokenizer
+
+
+def _init_model(source: CheckpointSource) -> tuple[torch.nn.Module, Any] | None:
+    """The merged model of the checkpoint a LoRA run was started from (`INIT_RECORD` beside its
+    config), None for a run started from the base model. A record that cannot be read, or names a
+    checkpoint that is gone or changed, is a `CheckpointModelError`: the adapter fits no other weights."""
+    assert source.config is not None
+    record_file = source.config.parent / INIT_RECORD
+    if not record_file.is_file():
+        return None
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        checkpoint, identity = str(record["checkpoint"]), str(record["identity"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointModelError(f"{record_file} cannot be read ({type(exc).__name__}: {exc}); it names the "
+                                   f"weights the LoRA adapter of {source.path} was trained on") from None
+    init = resolve(checkpoint)
+    if init is None or init.identity != identity:
+        now = "gone" if init is None else f"now {init.identity}"
+        raise CheckpointModelError(f"{source.path} is a LoRA adapter trained on {identity} in {checkpoint} "
+                                   f"(its {record_file.name}), which is {now}; the adapter fits those weights only")
+    return load_trained(init, merge=True)
 
 
 def apply_learner_weights(

@@ -50,6 +50,7 @@ from sera.launchers.rubric_calls import SCORE_SAMPLING, WRITE_SAMPLING, PolicyRu
 from sera.runtime.delegation import PlainLauncher
 from sera.runtime.rollout import run_rollout
 from sera.rubric.scripted import RubricOracle
+from sera.policy.checkpoint_model import INIT_RECORD
 from sera.policy.tokenizing_policy import TokenizingPolicy
 from sera.train.batching import microbatches
 from sera.train.config import TrainConfig
@@ -64,7 +65,7 @@ from sera.types import RolloutTree, Task
 
 DEMOS_DIR = "demos"
 """Demonstration trees of the run: `demos/train/<task>.json`, `demos/val/<task>.json`."""
-INIT_FILE = "init_from.json"
+INIT_FILE = INIT_RECORD
 """In a `sera train --init-from` run directory: which SFT checkpoint the weights came from."""
 
 
