@@ -79,7 +79,7 @@ class VLLMAdapterSync:
         start = time.perf_counter()
         check_idle(self.in_flight, version)
         path = saved or save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
-        saved = time.perf_counter()
+        written = time.perf_counter()
         name = adapter_name(version)
         self._load(name, path)
         previous, self.current = self.current, (name, path)
@@ -91,7 +91,7 @@ class VLLMAdapterSync:
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         done = time.perf_counter()
         return SyncReport(version=version, seconds=done - start, canary_gap=worst, canary_mean_gap=mean,
-                          canary_tokens=n, save_s=saved - start, load_s=loaded - saved, canary_s=done - loaded,
+                          canary_tokens=n, save_s=written - start, load_s=loaded - written, canary_s=done - loaded,
                           adapter=name)
 
     def needs_reload(self) -> bool:

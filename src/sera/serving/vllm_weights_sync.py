@@ -75,7 +75,7 @@ class VLLMWeightsSync:
         start = time.perf_counter()
         check_idle(self.in_flight, version)
         path = saved or save_version(learner, self.folder, version, WeightsSaveError, "the weights")
-        saved = time.perf_counter()
+        written = time.perf_counter()
         self._serve(path)
         self.current = path
         remove_other_versions(self.folder, keep=path)
@@ -83,7 +83,7 @@ class VLLMWeightsSync:
         worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
         done = time.perf_counter()
         return SyncReport(version=version, seconds=done - start, canary_gap=worst, canary_mean_gap=mean,
-                          canary_tokens=n, save_s=saved - start, load_s=loaded - saved, canary_s=done - loaded)
+                          canary_tokens=n, save_s=written - start, load_s=loaded - written, canary_s=done - loaded)
 
     def reload(self) -> None:
         """After a crash restart: a started server already read the current folder (its

@@ -130,8 +130,7 @@ class LossConfig(_Section):
     negative_scale: float = Field(1.0, ge=0, le=1)
     """Weight of negative advantages in the policy loss: 1 is the paper's. Below 1 damps the
     push-down of worse-than-baseline trajectories; 0 trains only on better-than-baseline ones (a
-    deviation, docs/training.md: on the CPU main job the full push-down raised the policy's
-    error rate)."""
+    deviation; docs/training.md says what it did on the CPU main job: it did not help there)."""
     kl_coef: Literal[0.0] = 0.0
     """KL penalty weight; only 0 (the paper uses none and the losses have no KL term)."""
     normalize_rewards: Literal[False] = False
