@@ -262,3 +262,14 @@ def test_sft_can_demonstrate_a_tier_below_the_one_rl_trains_on() -> None:
         load_config(LETTERS, overrides=keys + ["sft.split=nope"])
     with pytest.raises(ConfigError, match="sft.difficulty='trivial'"):
         load_config(LETTERS, overrides=keys + ["sft.difficulty=trivial"])
+
+
+def test_sft_takes_its_own_learning_rate_and_adam_epsilon(tmp_path: Path) -> None:
+    from sera.train.setup import learner_config
+
+    cfg = load_config(LETTERS, overrides=["optimizer.lr=2e-5", "optimizer.eps=1e-4", "sft.lr=1e-4", "sft.eps=1e-8"])
+    _, tokenizer = tiny_model_and_tokenizer(seed=1)
+    rl, sft = learner_config(cfg, tokenizer), learner_config(cfg, tokenizer, lr=cfg.sft.lr, eps=cfg.sft.eps)
+    assert (rl.lr, rl.eps, sft.lr, sft.eps) == (2e-5, 1e-4, 1e-4, 1e-8)
+    plain = load_config(LETTERS, overrides=["optimizer.eps=1e-4"])
+    assert learner_config(plain, tokenizer, lr=plain.sft.lr, eps=plain.sft.eps).eps == 1e-4  # null: optimizer.eps

@@ -316,6 +316,8 @@ class SftConfig(_Section):
     """Also train the scripted rubric writer's and scorer's calls for each delegated child."""
     lr: float | None = Field(None, gt=0)
     """SFT learning rate; null: `optimizer.lr` (SFT usually wants a larger one than RL)."""
+    eps: float | None = Field(None, gt=0)
+    """SFT's AdamW epsilon; null: `optimizer.eps` (RL may want a larger one than SFT: docs/pipeline.md)."""
     expert: str = "default"
     """Which scripted expert demonstrates: `default` (the environment's oracle) or another of its
     `EnvSpec.experts` (TextCraft-Synth: `short`, three short regular replies a small model can

@@ -31,9 +31,10 @@ def load_model(cfg: TrainConfig) -> tuple[torch.nn.Module, Any]:
     return load_causal_lm(cfg.model.name)
 
 
-def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None) -> LearnerConfig:
+def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None,
+                   eps: float | None = None) -> LearnerConfig:
     """The learner's settings from the config (loss options per loss, LoRA, dtype, device); `lr`
-    replaces `optimizer.lr` (SFT's own rate)."""
+    and `eps` replace `optimizer.lr` and `optimizer.eps` (SFT's own)."""
     loss = cfg.loss
     options = {"cispo": {"clip_low": loss.clip_low, "clip_high": loss.clip_high},
                "ppo_clip": {"eps_low": loss.ppo_eps_low, "eps_high": loss.ppo_eps_high}}.get(loss.name, {})
@@ -42,7 +43,7 @@ def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None)
     lora = LoraSettings(rank=cfg.model.lora_rank, alpha=cfg.model.lora_alpha) if cfg.model.finetune == "lora" else None
     o = cfg.optimizer
     return LearnerConfig(
-        loss=loss.name, loss_options=options, lr=o.lr if lr is None else lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+        loss=loss.name, loss_options=options, lr=o.lr if lr is None else lr, betas=o.betas, eps=o.eps if eps is None else eps, weight_decay=o.weight_decay,
         max_grad_norm=o.grad_clip, dtype="bfloat16" if cfg.model.dtype == "bf16" else "float32",
         device=cfg.model.device, gradient_checkpointing=cfg.model.gradient_checkpointing, lora=lora,
         max_tokens_per_microbatch=cfg.model.microbatch_tokens,
@@ -50,9 +51,10 @@ def learner_config(cfg: TrainConfig, tokenizer: Any, *, lr: float | None = None)
     )
 
 
-def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr: float | None = None) -> TorchLearner:
+def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr: float | None = None,
+                 eps: float | None = None) -> TorchLearner:
     """The learner the config describes (`learner_config`) in this process."""
-    return TorchLearner(model, learner_config(cfg, tokenizer, lr=lr), tokenizer=tokenizer)
+    return TorchLearner(model, learner_config(cfg, tokenizer, lr=lr, eps=eps), tokenizer=tokenizer)
 
 
 def make_train_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner | ShardedLearner:

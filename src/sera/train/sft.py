@@ -317,7 +317,7 @@ def run_sft(cfg: TrainConfig | None, out: str | Path, *, resume: bool = False,
         cfg = prepare_run(out, cfg, resume=False)
     _save_trees(out / DEMOS_DIR / "train", train.trees)
     _save_trees(out / DEMOS_DIR / "val", val.trees)
-    learner = make_learner(cfg, model, tokenizer, lr=cfg.sft.lr)
+    learner = make_learner(cfg, model, tokenizer, lr=cfg.sft.lr, eps=cfg.sft.eps)
     if cfg.model.fsdp_processes > 1:
         log(f"model.fsdp_processes={cfg.model.fsdp_processes} is sera train's: SFT trains in this one process")
     metrics = MetricsSink(out / METRICS_FILE)
