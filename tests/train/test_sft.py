@@ -180,8 +180,7 @@ def test_a_lora_run_from_init_loads_as_its_adapter_on_the_init_weights(sft_run, 
     lora = LoraSettings(rank=8, alpha=cfg.model.lora_alpha)
     expected = apply_learner_weights(init, state, lora=lora, where="test", merge=True)
     bare = apply_learner_weights(load_model(cfg)[0], state, lora=lora, where="test", merge=True)
-    for (name, tensor), want, old in zip(loaded.state_dict().items(), expected.state_dict().values(),
-                                         bare.state_dict().values()):
+    for (name, tensor), want in zip(loaded.state_dict().items(), expected.state_dict().values()):
         assert torch.equal(tensor, want), name
     assert any(not torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), bare.state_dict().values()))
     # The init checkpoint replaced (another sha256) or gone: one line, nothing loaded.
