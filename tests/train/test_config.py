@@ -161,8 +161,6 @@ def test_methods_that_need_no_judge_load_without_one() -> None:
     ("textcraft-synth/rao.yaml", ["sampler.backend=vllm", "model.finetune=lora", "model.lora_rank=600"],
      "model.lora_rank=600: vLLM serves LoRA ranks up to 512"),
     ("textcraft-synth/rao.yaml", ["sampler.vllm.kv_cache_gib=2.5"], "sampler.vllm.kv_cache_gib"),
-    ("textcraft-synth/sera.yaml", ["model.fsdp_processes=2", "sampler.backend=vllm"],
-     "model.fsdp_processes=2: a sharded learner samples in process"),
     ("textcraft-synth/sera.yaml", ["model.fsdp_processes=2", "model.finetune=lora"],
      "model.fsdp_processes=2: the FSDP2 learner trains full weights"),
     ("textcraft-synth/sera.yaml", ["model.fsdp_processes=0"], "model.fsdp_processes"),

@@ -1,7 +1,8 @@
 """`sera train` with `model.fsdp_processes: 2`: the loop on rank 0, one follower, gloo on CPU.
 
 Users get the same run as one process (same trees, the same update up to summation order),
-checkpoints they can resume, and a one-line error when a follower dies. The comparison runs use
+checkpoints they can resume, a one-line error when a follower dies, and a vLLM server (the fake)
+that takes the gathered full weights after every update. The comparison runs use
 the tiny preset with the scripted expert on tree 0 (as tests/train/test_loop.py), so that the
 groups have variance and every step updates.
 """
@@ -13,14 +14,18 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from sera.checkpoints.store import load_latest
 from sera.policy.model_registry import load_registered
 from sera.train import loop
+from sera.train.config import load_config
 from sera.train.learner import LearnerConfig, TorchLearner
 from sera.train.sharded_learner import LearnerGroupError, ShardedLearner
 from .test_fsdp_learner import _datums
 from .test_loop import CONFIG, SMALL, _mixed, metrics, train, weights  # noqa: F401 - _mixed: the expert on tree 0
+from .test_loop_infra import fake_vllm_python, lines, trees  # noqa: F401 - a fixture
 
 LOSS_RTOL = 1e-5
 """Relative tolerance on step 0's loss and gradient norm: the sharded step sums the same
@@ -70,3 +75,30 @@ def test_a_dead_follower_is_a_one_line_error_not_a_hang() -> None:
             learner.train_step(_datums(), "cispo")
     finally:
         learner.close()
+
+
+def test_a_sharded_learner_brings_a_vllm_server_its_full_weights_after_every_update(
+        tmp_path: Path, fake_vllm_python: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two FSDP2 ranks beside a vLLM server (the fake, restarted on each version's folder): the
+    server samples every round at the round's version, its log-probabilities match the sharded
+    learner's after every sync, and what it serves at the end is the checkpointed weights. Rank 0
+    keeps no unsharded replica (only an in-process sampler needs one)."""
+    out = tmp_path / "run"
+    made = []
+    make = loop.make_train_learner
+    monkeypatch.setattr(loop, "make_train_learner", lambda *args: made.append(make(*args)) or made[-1])
+    cfg = load_config(CONFIG, preset="tiny", overrides=[
+        *SMALL, "checkpoint.every=100", "max_steps=2", "model.finetune=full", "model.fsdp_processes=2", "sampler.backend=vllm",
+        f"sampler.vllm.python={fake_vllm_python}", "sampler.vllm.full_sync=restart", "sampler.vllm.start_timeout_s=120"])
+    result = loop.run_train(cfg, out, log=lambda line: None)
+    got = lines(out)
+    assert result.version == 2 and [line["policy_version"] for line in got] == [0, 1]
+    assert isinstance(made[0], ShardedLearner) and made[0].replica is None
+    assert all(line["trained"] and line["sync/canary_gap"] < 1e-3 for line in got)
+    for line in got:
+        versions = {s["policy_version"] for t in trees(out, line["step"]) for n in t["nodes"].values() for s in n["steps"]}
+        assert versions == {line["policy_version"]}
+    assert [p.name for p in (out / "weights").iterdir()] == ["v000002"]
+    served = load_file(out / "weights" / "v000002" / "model.safetensors")
+    trained = weights(out)
+    assert served.keys() == trained.keys() and all(torch.equal(served[k], trained[k]) for k in served)

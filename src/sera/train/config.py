@@ -77,7 +77,8 @@ class ModelConfig(_Section):
     fsdp_processes: int = Field(1, ge=1)
     """Learner processes of `sera train`: 1 is the single-process `TorchLearner`; N > 1 shards
     full fine-tuning over N ranks on this machine with FSDP2 (`sera.train.sharded_learner`, one
-    GPU each on CUDA; gloo on CPU). `sera sft` always trains in one process."""
+    GPU each on CUDA; gloo on CPU), sampling in process or from a vLLM server that takes the
+    gathered full weights (`sampler.vllm.full_sync`). `sera sft` always trains in one process."""
 
     @model_validator(mode="before")
     @classmethod
@@ -528,9 +529,6 @@ class TrainConfig(_Section):
         if n > 1 and self.model.finetune == "lora":
             raise ValueError(f"model.fsdp_processes={n}: the FSDP2 learner trains full weights; "
                              "set model.finetune=full or model.fsdp_processes=1")
-        if n > 1 and self.sampler.backend != "inprocess":
-            raise ValueError(f"model.fsdp_processes={n}: a sharded learner samples in process (sampler.backend=inprocess); "
-                             "a sharded learner beside a vLLM server is not built")
         if self.sampler.vllm.sleep_during_update and self.steps.max_offpolicy_versions:
             raise ValueError("sampler.vllm.sleep_during_update puts the server to sleep during the update, when "
                              f"steps.max_offpolicy_versions={self.steps.max_offpolicy_versions} would sample the next "

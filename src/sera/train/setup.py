@@ -60,11 +60,12 @@ def make_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any, *, lr
 def make_train_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any) -> TorchLearner | ShardedLearner:
     """`sera train`'s learner: `make_learner`, or with `model.fsdp_processes: N > 1` an FSDP2
     learner over N processes whose followers load the same architecture (`load_model`) and start
-    from `model`'s weights."""
+    from `model`'s weights; it keeps an unsharded replica only for an in-process sampler (a vLLM
+    server reads the saved full weights instead)."""
     if cfg.model.fsdp_processes == 1:
         return make_learner(cfg, model, tokenizer)
     return ShardedLearner(model, tokenizer, learner_config(cfg, tokenizer), cfg.model.fsdp_processes,
-                          partial(load_model, cfg))
+                          partial(load_model, cfg), replica=cfg.sampler.backend == "inprocess")
 
 
 def make_judge(cfg: TrainConfig) -> Any:

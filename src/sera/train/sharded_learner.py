@@ -10,9 +10,12 @@ order. Commands travel over queues, not collectives, so a follower waits through
 phase without a collective timeout running.
 
 **Weights.** The run starts from rank 0's model (after `--init-from`): followers build the
-architecture (`load_model`) and receive rank 0's weights by broadcast. The sampler cannot run a
-sharded module, so rank 0 keeps an unsharded `replica` for it, which each weight sync refreshes
-from the gathered full weights (`sera.serving.weight_sync.CopiedModuleSync`).
+architecture (`load_model`) and receive rank 0's weights by broadcast. An in-process sampler
+cannot run a sharded module, so rank 0 keeps an unsharded `replica` for it, which each weight sync
+refreshes from the gathered full weights (`sera.serving.weight_sync.CopiedModuleSync`). A vLLM
+server needs no replica: each sync gathers the full weights, rank 0 writes them as the version's
+folder (`save_for_sampler`), the server takes them (`sampler.vllm.full_sync`), and the canary
+compares its log-probabilities with the sharded learner's (`sequence_logprobs`).
 
 **Failures.** A follower that raises where every rank raises alike (a non-finite gradient norm,
 a bad datum) answers with the error and keeps following, as rank 0 goes on. Any other error ends
@@ -108,20 +111,25 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
 
 class ShardedLearner:
     """Rank 0's handle on an N-process FSDP2 learner; the `Learner` seam the loop uses, plus
-    `replica` (the unsharded module the sampler runs) and `full_weights` (to refresh it)."""
+    `replica` (the unsharded module an in-process sampler runs) and `full_weights` (to refresh it)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, config: LearnerConfig, processes: int,
-                 build: Callable[[], tuple[nn.Module, Any]], *, group_timeout_s: float = 120.0) -> None:
+                 build: Callable[[], tuple[nn.Module, Any]], *, group_timeout_s: float = 120.0,
+                 replica: bool = True) -> None:
         """Start `processes - 1` followers that build their model with `build` (a picklable
-        callable), and shard `model` (rank 0's, whose weights every rank starts from)."""
+        callable), and shard `model` (rank 0's, whose weights every rank starts from). `replica`
+        False keeps no unsharded copy (`self.replica` None): a vLLM server samples, from the
+        weights `save_for_sampler` writes, and the copy would only cost a model's memory."""
         if processes < 2:
             raise ValueError(f"a sharded learner needs at least 2 processes, got {processes}")
         backend = "nccl" if torch.device(config.device).type == "cuda" else "gloo"
         check_backend(backend)
         self.world_size = processes
         self.settings = GroupSettings(world_size=processes, port=free_port(), backend=backend, timeout_s=group_timeout_s)
-        self.replica = copy.deepcopy(model).eval()  # before sharding turns `model`'s parameters into shards
-        self.replica.requires_grad_(False)
+        self.replica: nn.Module | None = None
+        if replica:
+            self.replica = copy.deepcopy(model).eval()  # before sharding turns `model`'s parameters into shards
+            self.replica.requires_grad_(False)
         start_weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
         context = mp.get_context("spawn")
         self._replies = context.Queue()
