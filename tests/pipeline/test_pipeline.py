@@ -303,3 +303,19 @@ def test_fewer_samples_before_sft_pair_with_the_same_samples_after(tmp_path: Pat
     assert "before SFT one rollout per task, paired with the same samples after SFT" in (out / "report.md").read_text()
     with pytest.raises(ConfigError, match=r"pipeline.eval_base_samples=3 is more than pipeline.eval_samples=2"):
         load_config(CONFIG, overrides=[*sampled, "pipeline.eval_base_samples=3"])
+
+
+def test_rl_without_time_left_is_skipped_with_the_budget_that_would_fit_it(tmp_path: Path) -> None:
+    """A budget the evaluations alone use up: RL is skipped, and the report says what budget would
+    give RL time on this machine, from the wall times measured in this run."""
+    out = tmp_path / "job"
+    result = pipeline(out, "pipeline.sft=false", "pipeline.budget_minutes=0.01")
+    assert result.exit_code == 0, result.output
+    phases = record(out)
+    assert phases["rl"]["status"] == "skipped" and phases["eval_rl"]["status"] == "skipped"
+    reason = phases["rl"]["detail"]["reason"]
+    assert reason.startswith("no time left: ") and "\n" not in reason
+    minutes = int(reason.split("make run BUDGET_MIN=")[1].split(")")[0])
+    assert minutes >= 15 + phases["eval_base"]["wall_s"] / 60  # what was used, the final evaluation, and RL's 15 min
+    assert f"a budget of {minutes} min" in reason and "gives RL about 15 min" in reason
+    assert f"RL did not run ({reason})" in (out / "report.md").read_text()

@@ -17,6 +17,7 @@ its one-line error; nothing completed is deleted) and still writes the report of
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -207,7 +208,8 @@ def _step(cfg: TrainConfig, out: Path, name: str, record: JobRecord, budget: Bud
         invocation["rl_deadline_s"] = round(deadline - budget.start, 3)
         if deadline <= time.monotonic():
             record.skip(name, f"no time left: {budget.used():.0f} s of the {budget.seconds:.0f} s budget used, and "
-                              f"the final evaluation and report need about {budget.end - deadline:.0f} s")
+                              f"the final evaluation and report need about {budget.end - deadline:.0f} s; "
+                              f"{_budget_hint(budget, deadline)}")
             log(f"{name}: skipped ({record.phase(name).detail['reason']})")
             return None
         init = out / "sft" if cfg.pipeline.sft else None
@@ -216,6 +218,20 @@ def _step(cfg: TrainConfig, out: Path, name: str, record: JobRecord, budget: Bud
     phase = run_phase(record, name, work)
     log(_phase_line(phase))
     return phase
+
+
+RL_HINT_MINUTES = 15
+"""The RL time the skip message's budget suggestion leaves room for."""
+
+
+def _budget_hint(budget: Budget, deadline: float) -> str:
+    """What budget would give RL `RL_HINT_MINUTES` on this machine, from what this run measured:
+    the time used so far plus the final evaluation's share (a rerun keeps the finished phases, but
+    its budget counts from its own start: `Budget`)."""
+    needed = budget.used() + (budget.end - deadline)
+    minutes = math.ceil(needed / 60) + RL_HINT_MINUTES
+    return (f"at this machine's speed a budget of {minutes} min (pipeline.budget_minutes; make run BUDGET_MIN={minutes}) "
+            f"gives RL about {RL_HINT_MINUTES} min")
 
 
 def _rl_deadline(cfg: TrainConfig, record: JobRecord, budget: Budget) -> float:
