@@ -22,7 +22,7 @@ MAX_TOKENS ?= 192
 ORACLE_SAMPLE ?= 64
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup venv run oracle test test-random bench vllm-setup test-vllm bench-vllm clean
+.PHONY: setup venv run oracle test test-slow test-random bench vllm-setup test-vllm bench-vllm clean
 
 # The project's environment; `setup` adds what only the tests need (Debian's chromium).
 venv: $(VENV)/.installed
@@ -61,6 +61,11 @@ oracle: venv
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+# The long-running checks `make test` leaves out (marked slow: full data sets, local Ray clusters,
+# FSDP ranks, killed and resumed runs); CI runs them too.
+test-slow: setup
+	$(VENV)/bin/pytest -q -m slow
 
 # The suite in a seeded random order (modules and tests shuffled), to find tests that depend on
 # what ran before them. Rerun a failing order with the same SEED.

@@ -19,6 +19,8 @@ ray = pytest.importorskip("ray")
 
 from sera.cli import app  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray cluster: `make test-slow` (and CI), not `make test`
+
 runner = CliRunner()
 EASY = ("--difficulty", "easy", "--limit", "4")
 TIMING = {"wall_time_s", "mean_rollout_s"}

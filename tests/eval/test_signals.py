@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 from sera.cli import app
 from sera.types import RolloutTree
 
+pytestmark = pytest.mark.slow  # signalled and resumed runs: `make test-slow` (and CI), not `make test`
+
 LIMIT = "12"
 ARGS = ["eval", "--limit", LIMIT, "--concurrency", "2"]
 SANDBOX_MARK = "sera-sandbox-root-"

@@ -23,6 +23,8 @@ import torch
 from sera.train import loop
 from sera.checkpoints.store import load_latest
 
+pytestmark = pytest.mark.slow  # killed and resumed runs: `make test-slow` (and CI), not `make test`
+
 CONFIG = "configs/letters/rao.yaml"
 ARGS = ["max_steps=8", "checkpoint.every=3", "checkpoint.keep_last=2", "seed=5"]
 

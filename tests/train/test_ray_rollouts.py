@@ -32,6 +32,8 @@ from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E
 from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
 from .test_loop_infra import crash_fake_server, fake_vllm_python  # noqa: E402,F401 - a fixture
 
+pytestmark = pytest.mark.slow  # local Ray clusters: `make test-slow` (and CI), not `make test`
+
 TESTS = Path(__file__).resolve().parents[1]
 LETTERS = "configs/letters/rao.yaml"
 

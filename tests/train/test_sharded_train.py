@@ -27,6 +27,8 @@ from .test_fsdp_learner import _datums
 from .test_loop import CONFIG, SMALL, _mixed, metrics, train, weights  # noqa: F401 - _mixed: the expert on tree 0
 from .test_loop_infra import fake_vllm_python, lines, trees  # noqa: F401 - a fixture
 
+pytestmark = pytest.mark.slow  # two learner processes: `make test-slow` (and CI), not `make test`
+
 LOSS_RTOL = 1e-5
 """Relative tolerance on step 0's loss and gradient norm: the sharded step sums the same
 per-token gradients in another order (test_fsdp_learner.py)."""
