@@ -164,6 +164,11 @@ def test_methods_that_need_no_judge_load_without_one() -> None:
     ("textcraft-synth/sera.yaml", ["model.fsdp_processes=2", "model.finetune=lora"],
      "model.fsdp_processes=2: the FSDP2 learner trains full weights"),
     ("textcraft-synth/sera.yaml", ["model.fsdp_processes=0"], "model.fsdp_processes"),
+    ("textcraft-synth/sera.yaml", ["model.fsdp_processes=2", "model.finetune=full", "model.fsdp_placement=ray"],
+     "model.fsdp_placement=ray places the ranks of an FSDP2 learner on a Ray cluster: it needs model.fsdp_processes > 1 "
+     "(got 2) and ray.address (got None)"),
+    ("textcraft-synth/sera.yaml", ["model.fsdp_placement=ray", "ray.address=local"], "(got 1) and ray.address"),
+    ("textcraft-synth/sera.yaml", ["model.fsdp_placement=nodes"], "model.fsdp_placement"),
 ])
 def test_impossible_combinations(path: str, overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as err:

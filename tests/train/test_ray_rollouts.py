@@ -9,6 +9,7 @@ tests/train/test_loop.py) so that steps update.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 import json
 import os
 import threading
@@ -20,16 +21,21 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from sera.envs.registry import get_env  # noqa: E402
+from sera.policy.model_registry import load_registered  # noqa: E402
 from sera.testing.fake_vllm import FakeVLLM  # noqa: E402
 from sera.testing.tiny import tiny_model_and_tokenizer  # noqa: E402
 from sera.train import loop  # noqa: E402
 from sera.train.config import load_config  # noqa: E402
+from sera.train.learner import LearnerConfig, TorchLearner  # noqa: E402
+from sera.train.ray_learner_ranks import RayFollowers  # noqa: E402
 from sera.train.ray_rollouts import RayRollouts, RayUnavailable, check_reachable  # noqa: E402
 from sera.train.sampler_setup import open_backend  # noqa: E402
 from sera.train.sampling import InFlight  # noqa: E402
-from sera.train.setup import load_model, make_learner, training_tasks  # noqa: E402
+from sera.train.setup import load_model, make_learner, make_train_learner, training_tasks  # noqa: E402
+from sera.train.sharded_learner import LearnerGroupError, ShardedLearner  # noqa: E402
 
-from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
+from .test_fsdp_learner import _datums  # noqa: E402
+from .test_loop import CONFIG, SMALL, expert_on_tree_zero, weights  # noqa: E402
 from .test_loop_infra import crash_fake_server, fake_vllm_python  # noqa: E402,F401 - a fixture
 
 pytestmark = pytest.mark.slow  # local Ray clusters: `make test-slow` (and CI), not `make test`
@@ -310,3 +316,52 @@ def test_ray_workers_sample_the_next_round_during_the_update(local_ray, tmp_path
                 for s in range(3)]
     assert versions == [{0}, {0}, {1}]
     assert _trees(on) == _trees(ahead)
+
+
+def test_fsdp_ranks_on_ray_give_the_single_process_run(local_ray, tmp_path: Path) -> None:
+    """`model.fsdp_placement: ray`: the learner's rank 1 is a Ray actor that meets rank 0 (this
+    process) at this node's address, beside one rollout worker; the run is the single-process run
+    up to the sharded step's summation order (tests/train/test_sharded_train.py's tolerances)."""
+    single, ranks = tmp_path / "single", tmp_path / "ranks"
+    letters = ["max_steps=2", "seed=7", "model.finetune=full"]
+    loop.run_train(load_config(LETTERS, preset="tiny", overrides=letters), single)
+    made = []
+
+    def keep(*args):
+        made.append(make_train_learner(*args))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "make_train_learner", keep)
+        loop.run_train(load_config(LETTERS, preset="tiny", overrides=[
+            *letters, "ray.address=local", "ray.workers=1", "model.fsdp_processes=2", "model.fsdp_placement=ray"]), ranks)
+    assert isinstance(made[0]._group, RayFollowers) and made[0].settings.host == ray.util.get_node_ip_address()
+    a = [json.loads(x) for x in (single / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (ranks / "metrics.jsonl").read_text().splitlines()]
+    assert len(b) == 2 and all(r["trained"] for r in b)
+    for x, y in zip(a, b):
+        for key in ("policy_version", "datums", "trainable_datums", "trained_tokens"):
+            assert x[key] == y[key], key
+        assert y["sync/canary_gap"] < 1e-3  # the worker samples with the gathered weights
+    assert b[0]["loss"] == pytest.approx(a[0]["loss"], rel=1e-5)
+    assert b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-5)
+    wa, wb = weights(single), weights(ranks)
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-3
+    assert ray.is_initialized()  # the fixture's Ray: the run joined it and left it running
+
+
+def test_a_killed_rank_actor_is_a_one_line_error(local_ray) -> None:
+    model, tokenizer = load_registered("tiny", seed=0)
+    config = LearnerConfig(lr=1e-3, device="cpu")
+    learner = ShardedLearner(model, tokenizer, config, 2, partial(load_registered, "tiny", seed=0), placement="ray")
+    try:
+        reference = TorchLearner(load_registered("tiny", seed=0)[0], config)
+        step = learner.train_step(_datums(), "cispo")
+        assert step.forward_backward.loss == pytest.approx(reference.train_step(_datums(), "cispo").forward_backward.loss,
+                                                           rel=1e-5)
+        ray.kill(learner._group.actors[0], no_restart=True)
+        with pytest.raises(LearnerGroupError, match=r"^learner rank 1 failed in train_step: its actor died") as err:
+            learner.train_step(_datums(), "cispo")
+        assert "\n" not in str(err.value)
+    finally:
+        learner.close()

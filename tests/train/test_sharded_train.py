@@ -70,7 +70,7 @@ def test_a_dead_follower_is_a_one_line_error_not_a_hang() -> None:
         step = learner.train_step(_datums(), "cispo")  # the followers started from rank 0's weights
         assert step.forward_backward.loss == pytest.approx(reference.train_step(_datums(), "cispo").forward_backward.loss,
                                                            rel=LOSS_RTOL)
-        follower = learner._followers[0]
+        follower = learner._group.processes[0]
         os.kill(follower.pid, signal.SIGKILL)
         follower.join(timeout=10)
         with pytest.raises(LearnerGroupError, match=r"^learner rank 1 exited with code -9 before train_step$"):

@@ -79,6 +79,10 @@ class ModelConfig(_Section):
     full fine-tuning over N ranks on this machine with FSDP2 (`sera.train.sharded_learner`, one
     GPU each on CUDA; gloo on CPU), sampling in process or from a vLLM server that takes the
     gathered full weights (`sampler.vllm.full_sync`). `sera sft` always trains in one process."""
+    fsdp_placement: Literal["local", "ray"] = "local"
+    """Where ranks 1..N-1 of an FSDP2 learner run: `local`, processes on this machine; `ray`, actors
+    of the Ray cluster of `ray.address` (one GPU each on CUDA, one CPU otherwise), on any node
+    (`sera.train.ray_learner_ranks`). Rank 0 is the `sera train` process either way."""
 
     @model_validator(mode="before")
     @classmethod
@@ -526,6 +530,9 @@ class TrainConfig(_Section):
         _check_method(self)
         _check_environment(self)
         n = self.model.fsdp_processes
+        if self.model.fsdp_placement == "ray" and (n == 1 or self.ray.address is None):
+            raise ValueError(f"model.fsdp_placement=ray places the ranks of an FSDP2 learner on a Ray cluster: it needs "
+                             f"model.fsdp_processes > 1 (got {n}) and ray.address (got {self.ray.address!r})")
         if n > 1 and self.model.finetune == "lora":
             raise ValueError(f"model.fsdp_processes={n}: the FSDP2 learner trains full weights; "
                              "set model.finetune=full or model.fsdp_processes=1")

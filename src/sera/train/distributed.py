@@ -1,6 +1,6 @@
 """Process groups for the sharded learner: init with a timeout, and a local launcher.
 
-`init_process_group` joins (or, on rank 0, hosts) a TCP rendezvous at `127.0.0.1:port` and fails
+`init_process_group` joins (or, on rank 0, hosts) a TCP rendezvous at `host:port` and fails
 with a one-line `TimeoutError` when the other ranks do not arrive in time, instead of hanging.
 `run_local` spawns `world_size` processes on this machine, runs `fn(rank, world_size, *args)` in
 each inside a process group, and returns their results in rank order; a rank that raises, or a
@@ -36,7 +36,7 @@ class GroupSettings:
     world_size: int
     """Number of processes (ranks)."""
     port: int
-    """TCP port of the rendezvous on 127.0.0.1 (rank 0 listens)."""
+    """TCP port of the rendezvous (rank 0 listens)."""
     backend: str = "gloo"
     """`gloo` or `nccl`."""
     timeout_s: float = 60.0
@@ -44,6 +44,9 @@ class GroupSettings:
     collective_timeout_s: float = 1800.0
     """Longest wait in any one collective once the group has formed (torch's default; a rank
     writing a checkpoint keeps the others at a barrier that long at most)."""
+    host: str = "127.0.0.1"
+    """Address of rank 0's rendezvous: 127.0.0.1 for ranks on one machine; rank 0's node address
+    for ranks on other nodes (Ray actors)."""
 
 
 def check_backend(backend: str) -> None:
@@ -77,7 +80,7 @@ def init_process_group(rank: int, settings: GroupSettings) -> None:
     try:
         # The store is made here (not via init_method) so that its own wait is bounded too.
         store = dist.TCPStore(
-            "127.0.0.1", settings.port, settings.world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=True
+            settings.host, settings.port, settings.world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=True
         )
         dist.init_process_group(
             settings.backend, store=store, rank=rank, world_size=settings.world_size, timeout=collective
@@ -86,7 +89,7 @@ def init_process_group(rank: int, settings: GroupSettings) -> None:
     except (RuntimeError, dist.DistError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TimeoutError(
-            f"rank {rank}: the {settings.world_size}-process {settings.backend} group on 127.0.0.1:{settings.port} "
+            f"rank {rank}: the {settings.world_size}-process {settings.backend} group on {settings.host}:{settings.port} "
             f"did not form within {settings.timeout_s:g}s ({first[:200]})"
         ) from None
 

@@ -61,11 +61,21 @@ def make_train_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any)
     """`sera train`'s learner: `make_learner`, or with `model.fsdp_processes: N > 1` an FSDP2
     learner over N processes whose followers load the same architecture (`load_model`) and start
     from `model`'s weights; it keeps an unsharded replica only for an in-process sampler (a vLLM
-    server reads the saved full weights instead)."""
+    server reads the saved full weights instead). With `model.fsdp_placement: ray` the followers
+    are actors of the cluster of `ray.address`, which this joins first."""
     if cfg.model.fsdp_processes == 1:
         return make_learner(cfg, model, tokenizer)
+    owns_ray = False
+    if cfg.model.fsdp_placement == "ray":
+        from sera.ray_cluster import connect
+
+        assert cfg.ray.address is not None  # the config requires it
+        # One CPU per follower rank beside the rollout workers (a local Ray gets them all).
+        owns_ray = connect(cfg.ray.address, timeout_s=cfg.ray.connect_timeout_s,
+                           local_cpus=cfg.ray.workers * cfg.ray.worker_cpus + cfg.model.fsdp_processes - 1)
     return ShardedLearner(model, tokenizer, learner_config(cfg, tokenizer), cfg.model.fsdp_processes,
-                          partial(load_model, cfg), replica=cfg.sampler.backend == "inprocess")
+                          partial(load_model, cfg), replica=cfg.sampler.backend == "inprocess",
+                          placement=cfg.model.fsdp_placement, owns_ray=owns_ray)
 
 
 def make_judge(cfg: TrainConfig) -> Any:

@@ -1,13 +1,14 @@
 """`sera train` over an N-process FSDP2 learner (`model.fsdp_processes: N`).
 
 The loop, the sampler and the journal stay in one process, which is rank 0 of the learner. It
-spawns N-1 **followers** on this machine, forms the process group with them
-(`sera.train.distributed`), and every rank shards the same model with `FsdpLearner`. Each learner
-call of the loop (`train_step`, `state_dict`, `load_state_dict`, `sequence_logprobs`,
-`full_weights`, `save_for_sampler`) is sent to every follower over its own command queue and then
-run on rank 0: FSDP2's methods are collectives, so every rank makes the same calls in the same
-order. Commands travel over queues, not collectives, so a follower waits through a long sampling
-phase without a collective timeout running.
+starts N-1 **followers** (`LocalFollowers`: spawned processes on this machine; or, with
+`model.fsdp_placement: ray`, `sera.train.ray_learner_ranks.RayFollowers`: Ray actors on any node),
+forms the process group with them (`sera.train.distributed`), and every rank shards the same model
+with `FsdpLearner`. Each learner call of the loop (`train_step`, `state_dict`, `load_state_dict`,
+`sequence_logprobs`, `full_weights`, `save_for_sampler`) is sent to every follower (over its own
+command queue, or as an actor call) and then run on rank 0: FSDP2's methods are collectives, so
+every rank makes the same calls in the same order. Commands do not travel over collectives, so a
+follower waits through a long sampling phase without a collective timeout running.
 
 **Weights.** The run starts from rank 0's model (after `--init-from`): followers build the
 architecture (`load_model`) and receive rank 0's weights by broadcast. An in-process sampler
@@ -20,8 +21,9 @@ compares its log-probabilities with the sharded learner's (`sequence_logprobs`).
 **Failures.** A follower that raises where every rank raises alike (a non-finite gradient norm,
 a bad datum) answers with the error and keeps following, as rank 0 goes on. Any other error ends
 the follower; rank 0 then raises `LearnerGroupError` with the follower's one-line reason, at the
-latest when its next collective fails. Followers ignore SIGINT and SIGTERM (Ctrl-C reaches the
-whole process group): rank 0 decides when to stop, checkpoints through them, then closes them.
+latest when its next collective fails. Local followers ignore SIGINT and SIGTERM (Ctrl-C reaches
+the whole process group; Ray actors never get it): rank 0 decides when to stop, checkpoints through
+them, then closes them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.distributed as dist
@@ -59,7 +61,7 @@ class LearnerGroupError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class _Call:
+class Call:
     """One learner call sent to a follower."""
 
     method: str
@@ -68,23 +70,39 @@ class _Call:
     """Its positional arguments (the follower's share of a state is sent in place of rank 0's)."""
 
 
-_CLOSE = _Call("close")
+_CLOSE = Call("close")
 """Sent to a follower to leave the group and exit."""
+
+
+class Follower:
+    """A follower's learner, whatever process it lives in: joins the group, shards the model,
+    receives rank 0's weights, then runs the calls rank 0 sends."""
+
+    def __init__(self, rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]],
+                 config: LearnerConfig) -> None:
+        init_process_group(rank, settings)
+        model, tokenizer = build()
+        self.learner = FsdpLearner(model, config, tokenizer=tokenizer)
+        self.learner.broadcast_weights({})
+
+    def run(self, call: Call) -> str:
+        """Run `call`; the alike error it raised as one line, or ''. Its value stays here (rank 0's is the answer)."""
+        try:
+            getattr(self.learner, call.method)(*call.args)
+            return ""
+        except ALIKE_ERRORS as exc:
+            return f"{type(exc).__name__}: {exc}"
 
 
 def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]], config: LearnerConfig,
             calls: Any, replies: Any, threads: int) -> None:
-    """A follower's life: join the group, shard the model, receive rank 0's weights, then run
-    every call rank 0 sends until it says close. Replies are (rank, ok, one-line error)."""
+    """A local follower process's life: a `Follower` that runs every call rank 0 puts on `calls`
+    until it says close. Replies are (rank, ok, one-line error)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(threads)  # the ranks share this machine's cores
-    learner = None
     try:
-        init_process_group(rank, settings)
-        model, tokenizer = build()
-        learner = FsdpLearner(model, config, tokenizer=tokenizer)
-        learner.broadcast_weights({})
+        follower = Follower(rank, settings, build, config)
         replies.put((rank, True, ""))
         parent = mp.parent_process()
         while True:
@@ -96,11 +114,7 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
                 continue
             if call == _CLOSE:
                 return
-            try:
-                getattr(learner, call.method)(*call.args)
-                replies.put((rank, True, ""))
-            except ALIKE_ERRORS as exc:
-                replies.put((rank, True, f"{type(exc).__name__}: {exc}"))
+            replies.put((rank, True, follower.run(call)))
     except BaseException as exc:  # noqa: BLE001 - rank 0 reports it as one line
         replies.put((rank, False, f"{type(exc).__name__}: {one_line(str(exc))}"))
         raise SystemExit(1) from None
@@ -109,44 +123,130 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
             dist.destroy_process_group()
 
 
+class Followers(Protocol):
+    """Ranks 1..N-1 as rank 0 reaches them: processes on this machine (`LocalFollowers`) or Ray
+    actors (`sera.train.ray_learner_ranks.RayFollowers`)."""
+
+    def send(self, call: Call) -> None:
+        """Hand `call` to every follower (returns at once; they run it against rank 0's collectives)."""
+
+    def collect(self, doing: str, timeout_s: float) -> str:
+        """Wait for every follower's answer to the last call (or to the start); the alike error
+        they report, or ''. `LearnerGroupError` when one failed, died, or did not answer in time."""
+
+    def check_alive(self, doing: str) -> None:
+        """`LearnerGroupError` when a follower is known to have died (with its reason)."""
+
+    def reason(self) -> str:
+        """A follower's error known now (': rank R: <error>'), else ''."""
+
+    def end(self, graceful: bool) -> None:
+        """Close the followers (asking them to leave first when `graceful`)."""
+
+
+class LocalFollowers:
+    """Followers as spawned processes on this machine, fed over queues."""
+
+    def __init__(self, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]], config: LearnerConfig) -> None:
+        context = mp.get_context("spawn")
+        processes = settings.world_size
+        self._replies = context.Queue()
+        self._calls = [context.Queue() for _ in range(1, processes)]
+        threads = max(1, (os.cpu_count() or 1) // processes)
+        self.processes = [
+            context.Process(target=_follow, args=(rank, settings, build, config, self._calls[rank - 1],
+                                                  self._replies, threads), daemon=True, name=f"sera-learner-rank{rank}")
+            for rank in range(1, processes)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def send(self, call: Call) -> None:
+        for calls in self._calls:
+            calls.put(call)
+
+    def check_alive(self, doing: str) -> None:
+        for rank, process in enumerate(self.processes, start=1):
+            if process.exitcode is not None:
+                raise LearnerGroupError(f"learner rank {rank} exited with code {process.exitcode} before {doing}"
+                                        + self.reason())
+
+    def reason(self) -> str:
+        try:
+            while True:
+                rank, ok, text = self._replies.get_nowait()
+                if not ok:
+                    return f": rank {rank}: {text}"
+        except (queue_module.Empty, OSError, ValueError):
+            return ""
+
+    def collect(self, doing: str, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        alike = ""
+        for _ in self.processes:
+            while True:
+                try:
+                    rank, ok, text = self._replies.get(timeout=1.0)
+                    break
+                except queue_module.Empty:
+                    self.check_alive(doing)
+                    if time.monotonic() > deadline:
+                        raise LearnerGroupError(f"the learner's followers did not answer {doing} within {timeout_s:g}s")
+            if not ok:
+                raise LearnerGroupError(f"learner rank {rank} failed in {doing}: {text}")
+            alike = alike or text
+        return alike
+
+    def end(self, graceful: bool) -> None:
+        if graceful:
+            for calls, process in zip(self._calls, self.processes):
+                if process.is_alive():
+                    calls.put(_CLOSE)
+        for process in self.processes:
+            process.join(timeout=30 if graceful else 0.1)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+
+
 class ShardedLearner:
     """Rank 0's handle on an N-process FSDP2 learner; the `Learner` seam the loop uses, plus
     `replica` (the unsharded module an in-process sampler runs) and `full_weights` (to refresh it)."""
 
     def __init__(self, model: nn.Module, tokenizer: Any, config: LearnerConfig, processes: int,
                  build: Callable[[], tuple[nn.Module, Any]], *, group_timeout_s: float = 120.0,
-                 replica: bool = True) -> None:
+                 replica: bool = True, placement: Literal["local", "ray"] = "local", owns_ray: bool = False) -> None:
         """Start `processes - 1` followers that build their model with `build` (a picklable
         callable), and shard `model` (rank 0's, whose weights every rank starts from). `replica`
         False keeps no unsharded copy (`self.replica` None): a vLLM server samples, from the
-        weights `save_for_sampler` writes, and the copy would only cost a model's memory."""
+        weights `save_for_sampler` writes, and the copy would only cost a model's memory.
+        `placement` `ray` runs the followers as actors of the Ray cluster this process is connected
+        to (`sera.train.ray_learner_ranks`; one GPU each on CUDA), possibly on other nodes; with
+        `owns_ray` (this run connected to it) `close` also shuts Ray down."""
         if processes < 2:
             raise ValueError(f"a sharded learner needs at least 2 processes, got {processes}")
         backend = "nccl" if torch.device(config.device).type == "cuda" else "gloo"
         check_backend(backend)
         self.world_size = processes
-        self.settings = GroupSettings(world_size=processes, port=free_port(), backend=backend, timeout_s=group_timeout_s)
+        host = "127.0.0.1"
+        if placement == "ray":
+            from sera.train.ray_learner_ranks import RayFollowers, rendezvous_host
+
+            host = rendezvous_host()
+        self.settings = GroupSettings(world_size=processes, port=free_port(), backend=backend, timeout_s=group_timeout_s,
+                                      host=host)
         self.replica: nn.Module | None = None
         if replica:
             self.replica = copy.deepcopy(model).eval()  # before sharding turns `model`'s parameters into shards
             self.replica.requires_grad_(False)
         start_weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-        context = mp.get_context("spawn")
-        self._replies = context.Queue()
-        self._calls = [context.Queue() for _ in range(1, processes)]
-        threads = max(1, (os.cpu_count() or 1) // processes)
-        self._followers = [
-            context.Process(target=_follow, args=(rank, self.settings, build, config, self._calls[rank - 1],
-                                                  self._replies, threads), daemon=True, name=f"sera-learner-rank{rank}")
-            for rank in range(1, processes)
-        ]
-        for follower in self._followers:
-            follower.start()
+        self._group: Followers = (RayFollowers(self.settings, build, config, owns_ray) if placement == "ray"
+                                  else LocalFollowers(self.settings, build, config))
         try:
             init_process_group(0, self.settings)
             self.learner = FsdpLearner(model, config, tokenizer=tokenizer)
             self.learner.broadcast_weights(start_weights)
-            self._collect_replies("start", group_timeout_s + 600.0)
+            self._group.collect("start", group_timeout_s + 600.0)
         except BaseException as exc:
             reason = self._reason()
             self._end(graceful=False)
@@ -160,57 +260,24 @@ class ShardedLearner:
 
     # -- the command channel -----------------------------------------------------------------------
 
-    def _check_alive(self, doing: str) -> None:
-        """`LearnerGroupError` when a follower has exited (with its posted error, if any)."""
-        for rank, follower in enumerate(self._followers, start=1):
-            if follower.exitcode is not None:
-                raise LearnerGroupError(f"learner rank {rank} exited with code {follower.exitcode} before {doing}"
-                                        + self._reason())
-
     def _reason(self) -> str:
-        """A follower's posted error, if one is waiting (': <error>'), else ''."""
-        try:
-            while True:
-                rank, ok, text = self._replies.get_nowait()
-                if not ok:
-                    return f": rank {rank}: {text}"
-        except (queue_module.Empty, OSError, ValueError):
-            return ""
-
-    def _collect_replies(self, doing: str, timeout_s: float) -> str:
-        """Wait for every follower's answer to the current call; the alike error they report, or ''."""
-        deadline = time.monotonic() + timeout_s
-        alike = ""
-        for _ in self._followers:
-            while True:
-                try:
-                    rank, ok, text = self._replies.get(timeout=1.0)
-                    break
-                except queue_module.Empty:
-                    self._check_alive(doing)
-                    if time.monotonic() > deadline:
-                        raise LearnerGroupError(f"the learner's followers did not answer {doing} within {timeout_s:g}s")
-            if not ok:
-                raise LearnerGroupError(f"learner rank {rank} failed in {doing}: {text}")
-            alike = alike or text
-        return alike
+        """A follower's known error (': rank R: <error>'), else ''."""
+        return self._group.reason() if getattr(self, "_group", None) is not None else ""
 
     def _run(self, method: str, args: tuple[Any, ...], follower_args: tuple[Any, ...] | None = None) -> Any:
         """Send `method` to the followers, run it here, and wait for their answers."""
-        self._check_alive(method)
-        call = _Call(method, args if follower_args is None else follower_args)
-        for calls in self._calls:
-            calls.put(call)
+        self._group.check_alive(method)
+        self._group.send(Call(method, args if follower_args is None else follower_args))
         try:
             value = getattr(self.learner, method)(*args)
         except ALIKE_ERRORS:
-            self._collect_replies(method, REPLY_TIMEOUT_S)
+            self._group.collect(method, REPLY_TIMEOUT_S)
             raise
         except (RuntimeError, dist.DistError) as exc:  # a collective broke: a follower is the usual cause
-            self._check_alive(method)
+            self._group.check_alive(method)
             raise LearnerGroupError(f"the sharded learner's {method} failed: {one_line(str(exc))}"
                                     + self._reason()) from None
-        self._collect_replies(method, REPLY_TIMEOUT_S)
+        self._group.collect(method, REPLY_TIMEOUT_S)
         return value
 
     # -- the Learner seam ------------------------------------------------------------------------------
@@ -252,18 +319,10 @@ class ShardedLearner:
         self._end(graceful=True)
 
     def _end(self, *, graceful: bool) -> None:
-        if graceful:
-            for calls, follower in zip(self._calls, self._followers):
-                if follower.is_alive():
-                    calls.put(_CLOSE)
-        for follower in self._followers:
-            follower.join(timeout=30 if graceful else 0.1)
-            if follower.is_alive():
-                follower.kill()
-                follower.join(timeout=5)
+        if getattr(self, "_group", None) is not None:
+            self._group.end(graceful)
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-
-__all__ = ["ALIKE_ERRORS", "LearnerGroupError", "ShardedLearner"]
+__all__ = ["ALIKE_ERRORS", "Call", "Follower", "Followers", "LearnerGroupError", "LocalFollowers", "ShardedLearner"]

@@ -1,0 +1,143 @@
+"""The sharded learner's followers as Ray actors (`model.fsdp_placement: ray`), so that FSDP2 ranks
+can sit on other nodes of the cluster than rank 0 (the `sera train` process).
+
+Each follower is one actor (`LearnerRank`; one GPU each when the learner runs on CUDA, one CPU
+otherwise) holding the same `Follower` a local follower process holds. Rank 0 calls the actor's
+`run` for every learner call and then makes the call itself, so the collectives meet as with
+local followers; the actor answers with the alike error or ''. The process group's rendezvous is
+rank 0's node address (`rendezvous_host`), not 127.0.0.1. Actors are not restarted by Ray: a
+restarted rank could not rejoin a formed group, so a dead actor is a one-line `LearnerGroupError`
+at the next call, and the run stops checkpointed as with a dead local follower. Ray never sends a
+signal to an actor for the driver's Ctrl-C: rank 0 decides when to stop, checkpoints through the
+actors, then kills them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from sera.eval.failures import one_line
+from sera.train.distributed import GroupSettings
+from sera.train.learner import LearnerConfig
+from sera.train.sharded_learner import LearnerGroupError, Call, Follower
+
+
+ALIVE_TIMEOUT_S = 30.0
+"""Longest wait for an actor's answer that it is there."""
+
+
+def rendezvous_host() -> str:
+    """This node's address as the Ray cluster knows it (followers on other nodes reach rank 0 there)."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+class LearnerRank:
+    """One follower rank in a Ray actor."""
+
+    def __init__(self, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.follower: Follower | None = None
+
+    def start(self, rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]],
+              config: LearnerConfig) -> str:
+        """Join the group as `rank`, shard the model, and receive rank 0's weights."""
+        self.follower = Follower(rank, settings, build, config)
+        return ""
+
+    def run(self, call: Call) -> str:
+        """One learner call; the alike error as one line, or ''."""
+        assert self.follower is not None, "start first"
+        return self.follower.run(call)
+
+    def alive(self) -> bool:
+        """Answers while the actor lives (rank 0 asks before each call)."""
+        return True
+
+    def leave(self) -> None:
+        """Leave the process group (before the actor is killed)."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RayFollowers:
+    """Ranks 1..N-1 as `LearnerRank` actors of the connected Ray cluster (a `Followers`)."""
+
+    def __init__(self, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]], config: LearnerConfig,
+                 owns_ray: bool = False) -> None:
+        """Start one actor per follower rank and have each join the group (`collect('start')` waits);
+        `owns_ray`: `end` shuts Ray down too (the run connected to it)."""
+        import ray
+
+        self.owns_ray = owns_ray
+        cuda = torch.device(config.device).type == "cuda"
+        actor = ray.remote(LearnerRank).options(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0, max_task_retries=0)
+        self.actors = [actor.remote(1) for _ in range(1, settings.world_size)]
+        self._pending = [a.start.remote(rank, settings, build, config) for rank, a in enumerate(self.actors, start=1)]
+        self._failure = ""
+
+    def send(self, call: Call) -> None:
+        self._pending = [a.run.remote(call) for a in self.actors]
+
+    def collect(self, doing: str, timeout_s: float) -> str:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        alike = ""
+        pending, self._pending = self._pending, []
+        for rank, ref in enumerate(pending, start=1):
+            try:
+                alike = alike or ray.get(ref, timeout=timeout_s)
+            except GetTimeoutError:
+                raise LearnerGroupError(f"the learner's followers did not answer {doing} within {timeout_s:g}s") from None
+            except Exception as exc:  # noqa: BLE001 - an actor that died or a call that raised
+                raise self._failed(rank, doing, exc) from None
+        return alike
+
+    def check_alive(self, doing: str) -> None:
+        """Ask every actor whether it is there (a dead one would leave rank 0 in a collective)."""
+        import ray
+
+        for rank, actor in enumerate(self.actors, start=1):
+            try:
+                ray.get(actor.alive.remote(), timeout=ALIVE_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - named in the error
+                raise self._failed(rank, doing, exc) from None
+
+    def _failed(self, rank: int, doing: str, exc: BaseException) -> LearnerGroupError:
+        """The one-line error for rank `rank`'s failure `exc` in `doing` (also kept for `reason`)."""
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if isinstance(exc, RayTaskError) and exc.cause is not None:
+            exc = exc.cause
+        if isinstance(exc, RayActorError):
+            what = f"its actor died ({one_line(str(exc))[:200]})"
+        else:
+            what = f"{type(exc).__name__}: {one_line(str(exc))[:300]}"
+        self._failure = f": rank {rank}: {what}"
+        return LearnerGroupError(f"learner rank {rank} failed in {doing}: {what}")
+
+    def reason(self) -> str:
+        return self._failure
+
+    def end(self, graceful: bool) -> None:
+        import ray
+
+        if graceful:
+            try:
+                ray.get([a.leave.remote() for a in self.actors], timeout=30)
+            except Exception:  # noqa: BLE001 - they are killed next either way
+                pass
+        for a in self.actors:
+            ray.kill(a, no_restart=True)
+        if self.owns_ray:
+            ray.shutdown()
+
+
+__all__ = ["LearnerRank", "RayFollowers", "rendezvous_host"]
