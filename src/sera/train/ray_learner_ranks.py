@@ -7,7 +7,8 @@ otherwise) holding the same `Follower` a local follower process holds. Rank 0 ca
 local followers; the actor answers with the alike error or ''. The process group's rendezvous is
 rank 0's node address (`rendezvous_host`), not 127.0.0.1. Actors are not restarted by Ray: a
 restarted rank could not rejoin a formed group, so a dead actor is a one-line `LearnerGroupError`
-at the next call, and the run stops checkpointed as with a dead local follower. Ray never sends a
+at the next call, as a dead local follower is (rank 0 asks every actor whether it is alive before
+each call: a dead peer would otherwise hold it in a collective until the timeout). Ray never sends a
 signal to an actor for the driver's Ctrl-C: rank 0 decides when to stop, checkpoints through the
 actors, then kills them.
 """
