@@ -13,6 +13,7 @@ import pytest
 from sera.sandbox import SandboxSession, WeakIsolationError, clean_text, configure, settings
 from sera.sandbox import process as process_module
 from sera.sandbox import config as settings_module
+from sera.sandbox.config import ensure_workers
 from sera.sandbox.slots import worker_slots
 
 
@@ -36,6 +37,24 @@ async def test_extra_sessions_wait_then_are_refused_with_a_message(few_slots: No
     finally:
         await asyncio.gather(*(s.close() for s in sessions))
     assert worker_slots.in_use == 0
+
+
+async def test_a_run_with_more_open_sessions_than_workers_raises_the_bound_unless_the_user_set_it(
+        few_slots: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evaluation of N concurrent rollouts keeps N sessions open: `ensure_workers(N)` makes room
+    for them (the test above shows the third of 3 refused at a bound of 2), never lowers the bound,
+    and leaves one set in SERA_SANDBOX_MAX_WORKERS alone."""
+    assert ensure_workers(1).max_workers == 2
+    monkeypatch.setenv("SERA_SANDBOX_MAX_WORKERS", "2")
+    assert ensure_workers(3).max_workers == 2
+    monkeypatch.delenv("SERA_SANDBOX_MAX_WORKERS")
+    assert ensure_workers(3).max_workers == 3
+    sessions = [SandboxSession({}) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(s.run("1") for s in sessions))
+        assert [r.stdout for r in results] == ["1\n"] * 3
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
 
 
 async def test_hundreds_of_children_never_exceed_the_bound() -> None:

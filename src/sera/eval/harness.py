@@ -41,6 +41,7 @@ from sera.eval.summary import EvalSummary, SampleKey, summarise
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.delegation import EnvFactory, Launcher
 from sera.runtime.policy import Policy
+from sera.sandbox.config import ensure_workers
 from sera.runtime.rollout import run_rollout
 from sera.types import RolloutTree, Task
 
@@ -123,6 +124,7 @@ async def evaluate(
         env=env_name, source=split, policy=policy_name, config=config, rules=rules, seed=seed, best_of=best_of
     )
     check_out_dir(out_dir)
+    ensure_workers(concurrency)  # each rollout keeps its sandbox worker while its model thinks
     with run_lock(out_dir) if lock else nullcontext():
         check_layout(out_dir)
         check_fingerprint(out_dir, fingerprint)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 UNSAFE_ENV = "SERA_UNSAFE_SANDBOX"
+MAX_WORKERS_ENV = "SERA_SANDBOX_MAX_WORKERS"
 UNSAFE_FLAG = "--unsafe-sandbox"
 
 
@@ -36,7 +37,7 @@ def _from_environment() -> SandboxSettings:
     try:
         return SandboxSettings(
             allow_weak_isolation=os.environ.get(UNSAFE_ENV, "") not in ("", "0"),
-            max_workers=int(os.environ.get("SERA_SANDBOX_MAX_WORKERS", defaults.max_workers)),
+            max_workers=int(os.environ.get(MAX_WORKERS_ENV, defaults.max_workers)),
             worker_wait_s=float(os.environ.get("SERA_SANDBOX_WORKER_WAIT_S", defaults.worker_wait_s)),
         )
     except ValueError as exc:
@@ -59,3 +60,14 @@ def configure(**changes: object) -> SandboxSettings:
         raise ValueError("max_workers must be at least 1 and worker_wait_s non-negative")
     _current = updated
     return _current
+
+
+def ensure_workers(sessions: int) -> SandboxSettings:
+    """Raise the worker bound to `sessions` when it is lower: a run that keeps that many sessions
+    open at once (an evaluation's concurrent rollouts, a training round's trees) would otherwise
+    make the rest wait for a whole rollout to end, which on a slow machine outlasts
+    `worker_wait_s` and fails the cell as infrastructure (SandboxBusy). A bound set in the
+    environment (`SERA_SANDBOX_MAX_WORKERS`) is the user's and stays. Returns the settings in force."""
+    if MAX_WORKERS_ENV in os.environ or _current.max_workers >= sessions:
+        return _current
+    return configure(max_workers=sessions)

@@ -52,6 +52,7 @@ from sera.eval.names import task_file_name
 from sera.eval.seeds import sample_seed
 from sera.eval.store import save_tree
 from sera.serving.backends import SamplerBackend
+from sera.sandbox.config import ensure_workers
 from sera.serving.errors import InfraFailure
 from sera.serving.weight_sync import SyncError
 from sera.train.collect import Collector
@@ -177,6 +178,9 @@ def open_sampling(cfg: TrainConfig, out: Path, spec: EnvSpec, learner: Any, toke
     """Where the run samples: Ray rollout workers (`ray.address`), which are their own backend
     (in front of the run's vLLM server with `sampler.backend: vllm`), else the config's backend
     (in process or vLLM) and a `TreeSampler` over its policy."""
+    # A round's trees keep their sandbox workers while the model samples (and one more round
+    # samples ahead during the update with steps.max_offpolicy_versions).
+    ensure_workers(max(1, cfg.rollout.concurrency) * (1 + cfg.steps.max_offpolicy_versions))
     if cfg.ray.address is not None:
         server = open_backend(cfg, out, learner, tokenizer, inflight, base_dir) if cfg.sampler.backend == "vllm" else None
         try:
