@@ -25,7 +25,7 @@ from torch import nn
 from sera.eval.failures import one_line
 from sera.train.distributed import GroupSettings
 from sera.train.learner import LearnerConfig
-from sera.train.sharded_learner import LearnerGroupError, Call, Follower
+from sera.train.follower import Call, Follower, LearnerGroupError
 
 
 ALIVE_TIMEOUT_S = 30.0

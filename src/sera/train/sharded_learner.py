@@ -34,9 +34,8 @@ import queue as queue_module
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -46,52 +45,12 @@ from torch import nn
 from sera.eval.failures import one_line
 from sera.train.datums import Datum
 from sera.train.distributed import GroupSettings, check_backend, free_port, init_process_group
+from sera.train.follower import ALIKE_ERRORS, CLOSE, Call, Follower, Followers, LearnerGroupError
 from sera.train.fsdp_learner import FsdpLearner
 from sera.train.learner import LearnerConfig, StepStats
 
-ALIKE_ERRORS = (FloatingPointError, ValueError)
-"""Errors every rank raises alike for the same call (the checks run on the full arguments): a
-follower reports them and keeps following."""
 REPLY_TIMEOUT_S = 1800.0
 """Longest wait for a follower's answer to a call, the process group's collective timeout."""
-
-
-class LearnerGroupError(RuntimeError):
-    """A follower of the sharded learner failed or died; one line naming the rank and why."""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One learner call sent to a follower."""
-
-    method: str
-    """The `FsdpLearner` method to run."""
-    args: tuple[Any, ...] = ()
-    """Its positional arguments (the follower's share of a state is sent in place of rank 0's)."""
-
-
-_CLOSE = Call("close")
-"""Sent to a follower to leave the group and exit."""
-
-
-class Follower:
-    """A follower's learner, whatever process it lives in: joins the group, shards the model,
-    receives rank 0's weights, then runs the calls rank 0 sends."""
-
-    def __init__(self, rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]],
-                 config: LearnerConfig) -> None:
-        init_process_group(rank, settings)
-        model, tokenizer = build()
-        self.learner = FsdpLearner(model, config, tokenizer=tokenizer)
-        self.learner.broadcast_weights({})
-
-    def run(self, call: Call) -> str:
-        """Run `call`; the alike error it raised as one line, or ''. Its value stays here (rank 0's is the answer)."""
-        try:
-            getattr(self.learner, call.method)(*call.args)
-            return ""
-        except ALIKE_ERRORS as exc:
-            return f"{type(exc).__name__}: {exc}"
 
 
 def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]], config: LearnerConfig,
@@ -112,7 +71,7 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
                 if parent is not None and not parent.is_alive():
                     return  # rank 0 is gone: nothing left to follow
                 continue
-            if call == _CLOSE:
+            if call == CLOSE:
                 return
             replies.put((rank, True, follower.run(call)))
     except BaseException as exc:  # noqa: BLE001 - rank 0 reports it as one line
@@ -121,27 +80,6 @@ def _follow(rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Mod
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class Followers(Protocol):
-    """Ranks 1..N-1 as rank 0 reaches them: processes on this machine (`LocalFollowers`) or Ray
-    actors (`sera.train.ray_learner_ranks.RayFollowers`)."""
-
-    def send(self, call: Call) -> None:
-        """Hand `call` to every follower (returns at once; they run it against rank 0's collectives)."""
-
-    def collect(self, doing: str, timeout_s: float) -> str:
-        """Wait for every follower's answer to the last call (or to the start); the alike error
-        they report, or ''. `LearnerGroupError` when one failed, died, or did not answer in time."""
-
-    def check_alive(self, doing: str) -> None:
-        """`LearnerGroupError` when a follower is known to have died (with its reason)."""
-
-    def reason(self) -> str:
-        """A follower's error known now (': rank R: <error>'), else ''."""
-
-    def end(self, graceful: bool) -> None:
-        """Close the followers (asking them to leave first when `graceful`)."""
 
 
 class LocalFollowers:
@@ -201,7 +139,7 @@ class LocalFollowers:
         if graceful:
             for calls, process in zip(self._calls, self.processes):
                 if process.is_alive():
-                    calls.put(_CLOSE)
+                    calls.put(CLOSE)
         for process in self.processes:
             process.join(timeout=30 if graceful else 0.1)
             if process.is_alive():
@@ -325,4 +263,4 @@ class ShardedLearner:
             dist.destroy_process_group()
 
 
-__all__ = ["ALIKE_ERRORS", "Call", "Follower", "Followers", "LearnerGroupError", "LocalFollowers", "ShardedLearner"]
+__all__ = ["LearnerGroupError", "LocalFollowers", "ShardedLearner"]  # LearnerGroupError: from sera.train.follower
