@@ -365,3 +365,21 @@ def test_a_killed_rank_actor_is_a_one_line_error(local_ray) -> None:
         assert "\n" not in str(err.value)
     finally:
         learner.close()
+
+
+def _build_fails():
+    """What a rank actor runs instead of building the model: a failure to report."""
+    raise RuntimeError("no such checkpoint: /nowhere")
+
+
+def test_a_rank_actor_that_cannot_build_its_model_is_named_in_the_start_error(local_ray) -> None:
+    """The actor joins the group, fails to build, and leaves it: rank 0's first collective fails at
+    once (not after the 30-minute collective timeout) and the error names the actor's reason."""
+    model, tokenizer = load_registered("tiny", seed=0)
+    started = time.monotonic()
+    with pytest.raises(LearnerGroupError) as err:
+        ShardedLearner(model, tokenizer, LearnerConfig(lr=1e-3, device="cpu"), 2, _build_fails, placement="ray")
+    text = str(err.value)
+    assert time.monotonic() - started < 120
+    assert text.startswith("the 2-process learner did not start: ") and "\n" not in text
+    assert text.endswith(": rank 1: RuntimeError: no such checkpoint: /nowhere")

@@ -49,13 +49,22 @@ class LearnerRank:
     def start(self, rank: int, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]],
               config: LearnerConfig) -> str:
         """Join the group as `rank`, shard the model, and receive rank 0's weights."""
-        self.follower = Follower(rank, settings, build, config)
+        try:
+            self.follower = Follower(rank, settings, build, config)
+        except BaseException:
+            self.leave()  # closes this rank's connections, so rank 0's collective fails instead of waiting
+            raise
         return ""
 
     def run(self, call: Call) -> str:
-        """One learner call; the alike error as one line, or ''."""
+        """One learner call; the alike error as one line, or ''. Any other error leaves the group
+        (rank 0's collective then fails at once; an actor that merely raised would keep it waiting)."""
         assert self.follower is not None, "start first"
-        return self.follower.run(call)
+        try:
+            return self.follower.run(call)
+        except BaseException:
+            self.leave()
+            raise
 
     def alive(self) -> bool:
         """Answers while the actor lives (rank 0 asks before each call)."""
@@ -125,6 +134,19 @@ class RayFollowers:
         return LearnerGroupError(f"learner rank {rank} failed in {doing}: {what}")
 
     def reason(self) -> str:
+        """The failure seen so far, else one a pending call already reports (e.g. a rank whose
+        model failed to build while rank 0 waits at the rendezvous)."""
+        import ray
+
+        if not self._failure and self._pending:
+            ready, _ = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
+            for rank, ref in enumerate(self._pending, start=1):
+                if ref in ready:
+                    try:
+                        ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - recorded as the reason
+                        self._failed(rank, "start", exc)
+                        break
         return self._failure
 
     def end(self, graceful: bool) -> None:
