@@ -30,6 +30,8 @@ from sera.train.follower import Call, Follower, LearnerGroupError
 
 ALIVE_TIMEOUT_S = 30.0
 """Longest wait for an actor's answer that it is there."""
+REASON_WAIT_S = 10.0
+"""Longest wait, after rank 0 saw the group fail, for a rank's answer that says why."""
 
 
 def rendezvous_host() -> str:
@@ -139,7 +141,8 @@ class RayFollowers:
         import ray
 
         if not self._failure and self._pending:
-            ready, _ = ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
+            # Rank 0's collective can fail (the rank left the group) before Ray has the rank's answer.
+            ready, _ = ray.wait(self._pending, num_returns=len(self._pending), timeout=REASON_WAIT_S)
             for rank, ref in enumerate(self._pending, start=1):
                 if ref in ready:
                     try:
