@@ -41,8 +41,8 @@ from sera.eval.summary import EvalSummary, SampleKey, summarise
 from sera.runtime.config import RuntimeConfig
 from sera.runtime.delegation import EnvFactory, Launcher
 from sera.runtime.policy import Policy
-from sera.sandbox.config import ensure_workers
 from sera.runtime.rollout import run_rollout
+from sera.sandbox.config import ensure_workers
 from sera.types import RolloutTree, Task
 
 __all__ = ["SUMMARY_EVERY_S", "evaluate", "load_finished", "tree_path"]

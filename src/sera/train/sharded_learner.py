@@ -200,7 +200,7 @@ class ShardedLearner:
 
     def _reason(self) -> str:
         """A follower's known error (': rank R: <error>'), else ''."""
-        return self._group.reason() if getattr(self, "_group", None) is not None else ""
+        return self._group.reason()
 
     def _run(self, method: str, args: tuple[Any, ...], follower_args: tuple[Any, ...] | None = None) -> Any:
         """Send `method` to the followers, run it here, and wait for their answers."""
@@ -257,8 +257,7 @@ class ShardedLearner:
         self._end(graceful=True)
 
     def _end(self, *, graceful: bool) -> None:
-        if getattr(self, "_group", None) is not None:
-            self._group.end(graceful)
+        self._group.end(graceful)
         if dist.is_initialized():
             dist.destroy_process_group()
 
