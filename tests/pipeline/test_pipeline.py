@@ -179,7 +179,7 @@ class Broken:
 
 
 def test_an_infrastructure_failure_is_not_a_model_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evaluation, "load_policy", lambda cfg, weights: (Broken(), "tiny", None))
+    monkeypatch.setattr(evaluation, "open_policy", lambda cfg, out, weights, log: (Broken(), "hf:tiny", None, "inprocess"))
     out = tmp_path / "job"
     result = pipeline(out, "pipeline.sft=false", "pipeline.rl=false")
     assert result.exit_code == 1, result.output
@@ -216,8 +216,8 @@ def test_sera_evaluations_write_frozen_rubrics_for_children(tmp_path: Path, monk
 
     keys = ["pipeline.eval_tasks=3", "pipeline.eval_max_calls=6"]
     spec = get_env("textcraft-synth")
-    monkeypatch.setattr(evaluation, "load_policy", lambda cfg, weights: (
-        RubricOracle(spec.oracle(evaluation.eval_tasks(cfg, spec))), "oracle", None))
+    monkeypatch.setattr(evaluation, "open_policy", lambda cfg, out, weights, log: (
+        RubricOracle(spec.oracle(evaluation.eval_tasks(cfg, spec))), "hf:oracle", None, "inprocess"))
     cfg = load_config("configs/textcraft-synth/sera.yaml", preset="tiny", overrides=keys)
     summary, detail = evaluation.run_evaluation(cfg, tmp_path / "sera")
     stats = eval_stats(tmp_path / "sera")

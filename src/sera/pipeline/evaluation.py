@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from sera.eval.fingerprint import RunFingerprint
 from sera.eval.harness import evaluate
 from sera.eval.store import check_out_dir
 from sera.eval.summary import EvalSummary
+from sera.pipeline.eval_serving import ServedEvaluation, VLLMServerError, chosen_backend, start_served_evaluation
 from sera.pipeline.evalset import eval_runtime, eval_selection, eval_tasks
 from sera.pipeline.record import PhaseFailed
 from sera.train.config import TrainConfig
@@ -51,12 +53,11 @@ def eval_concurrency(cfg: TrainConfig) -> int:
     return cfg.pipeline.eval_concurrency or max(1, cfg.rollout.concurrency)
 
 
-def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str | None]:
-    """`(sampler, model description, weights identity)`: the config's base model, or the newest
-    checkpoint of the run directory `weights` applied to it (described as `<base>+<folder name>`),
-    in `model.dtype` on `model.device`."""
+def load_weights(cfg: TrainConfig, weights: Path | None) -> tuple[torch.nn.Module, Any, str, str | None]:
+    """`(model, tokenizer, model description, weights identity)`: the config's base model, or the
+    newest checkpoint of the run directory `weights` applied to it (described as
+    `<base>+<folder name>`), in `model.dtype` on `model.device`."""
     from sera.policy.checkpoint_model import load_trained, resolve
-    from sera.policy.transformers_sampler import TransformersSampler
 
     identity = None
     if weights is None:
@@ -70,12 +71,35 @@ def load_policy(cfg: TrainConfig, weights: Path | None) -> tuple[Any, str, str |
         # Named by the run folder's name, not its path, so a job moved or given by another path
         # still matches its evaluations' fingerprints; the weights' sha256 is in `identity`.
         name, identity = f"{cfg.model.name}+{weights.name}", source.identity
-    model = model.to(dtype=_DTYPES[cfg.model.dtype], device=cfg.model.device)
-    return TransformersSampler(model, tokenizer, max_batch_size=eval_concurrency(cfg)), name, identity
+    return model.to(dtype=_DTYPES[cfg.model.dtype], device=cfg.model.device), tokenizer, name, identity
 
 
-def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None,
-                   samples: int | None = None) -> tuple[EvalSummary, dict[str, Any]]:
+def open_policy(cfg: TrainConfig, out: Path, weights: Path | None,
+                log: Callable[[str], None]) -> tuple[Any, str, str | None, str]:
+    """`(sampler, policy name, weights identity, backend)` for `pipeline.eval_backend`: an
+    in-process sampler (`hf:<model>`) or one talking to a vLLM server started on the weights
+    (`vllm:<model>`; `sera.pipeline.eval_serving`). `auto` falls back to in process, said in
+    `log`, when the server does not start; `vllm` fails the phase (infrastructure)."""
+    from sera.policy.transformers_sampler import TransformersSampler
+
+    model, tokenizer, name, identity = load_weights(cfg, weights)
+    backend = chosen_backend(cfg)
+    if backend == "vllm":
+        try:
+            served = start_served_evaluation(cfg, out, model, tokenizer, base=weights is None)
+            return served, f"vllm:{name}", identity, backend
+        except VLLMServerError as exc:
+            if cfg.pipeline.eval_backend == "vllm":
+                raise PhaseFailed(f"the evaluation's vLLM server did not start: {exc}", infra=True) from None
+            log(f"the vLLM server did not start ({exc}); evaluating in process (pipeline.eval_backend: auto)")
+            backend = "inprocess"
+    sampler = TransformersSampler(model, tokenizer, max_batch_size=eval_concurrency(cfg),
+                                  prefix_cache_bytes=int(cfg.sampler.prefix_cache_gib * 1024**3))
+    return sampler, f"hf:{name}", identity, backend
+
+
+def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None, samples: int | None = None,
+                   log: Callable[[str], None] = lambda _line: None) -> tuple[EvalSummary, dict[str, Any]]:
     """Evaluate (resuming what `out` holds) with `samples` rollouts per task (None:
     `pipeline.eval_samples`); returns the summary and `eval_detail`. `PhaseFailed` (infra) when
     rollouts were lost to the infrastructure."""
@@ -83,26 +107,29 @@ def run_evaluation(cfg: TrainConfig, out: Path, weights: Path | None = None,
     tasks = eval_tasks(cfg, spec)
     runtime = eval_runtime(cfg, spec)
     check_out_dir(out)  # before loading a model: a bad folder is a one-line error
-    policy, model_name, identity = load_policy(cfg, weights)
+    out.mkdir(parents=True, exist_ok=True)
+    policy, policy_name, identity, backend = open_policy(cfg, out, weights, log)
+    sampler = policy.sampler if isinstance(policy, ServedEvaluation) else policy
+    model_name = policy_name.split(":", 1)[1]
     source = eval_selection(cfg, spec).source
-    fingerprint = RunFingerprint.of(env=spec.name, source=source, policy=f"hf:{model_name}", model=model_name,
+    fingerprint = RunFingerprint.of(env=spec.name, source=source, policy=policy_name, model=model_name,
                                     config=runtime, rules=cfg.environment.rules, seed=cfg.seed, model_weights=identity)
 
     async def run() -> EvalSummary:
         try:
             return await evaluate(
-                tasks, policy, spec.root_env, out, env_name=spec.name, split=source, policy_name=f"hf:{model_name}",
+                tasks, sampler, spec.root_env, out, env_name=spec.name, split=source, policy_name=policy_name,
                 config=runtime, concurrency=eval_concurrency(cfg), show_progress=False, seed=cfg.seed,
                 samples=samples or cfg.pipeline.eval_samples,
-                rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, policy),
+                rules=cfg.environment.rules, fingerprint=fingerprint, launcher=rubric_launcher(cfg, spec, sampler),
             )
         finally:
-            close = getattr(policy, "close", None)  # samplers hold workers; a scripted policy has none
+            close = getattr(policy, "close", None)  # a sampler's workers, a served evaluation's server; a scripted policy has none
             if close is not None:
                 await close()
 
     summary = asyncio.run(run())
-    detail = eval_detail(summary, identity)
+    detail = {**eval_detail(summary, identity), "backend": backend}
     if summary.infra_failures:
         kinds = Counter(f.kind for f in summary.failed if f.infra)
         raise PhaseFailed(f"{summary.infra_failures} of {summary.overall.tasks} rollouts failed for infrastructure "

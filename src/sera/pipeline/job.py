@@ -200,7 +200,7 @@ def _step(cfg: TrainConfig, out: Path, name: str, record: JobRecord, budget: Bud
     if name in EVAL_PHASES:
         weights = None if name == "eval_base" else out / source  # type: ignore[operator]
         samples = cfg.pipeline.eval_base_samples if name == "eval_base" else None
-        work = lambda: eval_work(cfg, folder, weights, samples)  # noqa: E731
+        work = lambda: eval_work(cfg, folder, weights, samples, detail)  # noqa: E731
     elif name == "sft":
         work = lambda: sft_work(cfg, folder, detail)  # noqa: E731
     else:

@@ -57,10 +57,11 @@ def dependents(name: str) -> list[str]:
     return direct + [d for p in direct for d in dependents(p)]
 
 
-def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None, samples: int | None = None) -> dict[str, Any]:
+def eval_work(cfg: TrainConfig, folder: Path, weights: Path | None, samples: int | None = None,
+              log: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
     """An evaluation phase: `weights` None for the config's base model; `samples` rollouts per
-    task (None: `pipeline.eval_samples`)."""
-    _, detail = run_evaluation(cfg, folder, weights, samples)
+    task (None: `pipeline.eval_samples`); `log` hears a fallback from vLLM to in-process sampling."""
+    _, detail = run_evaluation(cfg, folder, weights, samples, log)
     return detail
 
 

@@ -457,6 +457,11 @@ class PipelineConfig(_Section):
     eval_concurrency: int | None = Field(None, ge=1)
     """Rollouts the evaluations run at once (one batched forward serves them); null:
     `rollout.concurrency`. On a CPU, decode throughput grows with the batch well past RL's 8."""
+    eval_backend: Literal["inprocess", "vllm", "auto"] = "inprocess"
+    """What samples the evaluations: `inprocess` (a transformers sampler in this process), `vllm`
+    (a vLLM server started for each evaluation on its weights: `sampler.vllm.python`, `dtype`,
+    `kv_cache_gib`; about twice the in-process speed on a 2-core CPU), or `auto`: vLLM when its
+    python exists (`make vllm-setup`) and the server starts, else in process."""
     sft: bool = True
     """Run the SFT warm start (else RL starts from the base model)."""
     rl: bool = True
