@@ -98,7 +98,7 @@ $(VLLM_VENV)/.installed: scripts/vllm_cpu_setup.sh
 
 test-vllm: setup vllm-setup
 	SERA_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(VENV)/bin/pytest -s tests/integration/test_vllm_cpu.py tests/integration/test_vllm_training.py \
-		tests/integration/test_vllm_full_sync.py tests/integration/test_vllm_ray.py
+		tests/integration/test_vllm_full_sync.py tests/integration/test_vllm_ray.py tests/integration/test_vllm_pipeline_eval.py
 
 bench-vllm: setup vllm-setup
 	$(PY) benchmarks/vllm_vs_inprocess.py --vllm-python $(VLLM_VENV)/bin/python --out benchmarks/results/vllm_vs_inprocess.json

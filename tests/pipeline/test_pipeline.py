@@ -60,6 +60,7 @@ def test_every_phase_runs_and_the_report_has_its_sections(job) -> None:
     assert "sera pipeline --config configs/letters/rao.yaml" in report and "config hash" in report
     assert "native bf16" in report and "Wilson 95% CI" in report
     assert "Held-out NLL on the expert's demonstrations fell" in report
+    assert report.count(" | sampled in process |") == 3  # each evaluation's row in the phases table says what sampled it
     assert "| 0 | execution | trained |" in report  # the per-step RL table
     data = json.loads((out / "report.json").read_text())
     assert set(data["evaluations"]) == {"eval_base", "eval_sft", "eval_rl"}

@@ -342,6 +342,8 @@ def _phase_note(p: dict[str, Any]) -> str:
             + (", resumed" if d.get("resumed") else "")
     if p["name"] == "sft" and d:
         return f"{d.get('steps')} steps"
+    if d.get("backend"):  # an evaluation: what sampled it (pipeline.eval_backend)
+        return {"vllm": "sampled by a vLLM server", "inprocess": "sampled in process"}.get(d["backend"], d["backend"])
     return ""
 
 
