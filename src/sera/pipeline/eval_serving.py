@@ -39,8 +39,9 @@ SERVER_LOG = "vllm-server.log"
 
 
 def chosen_backend(cfg: TrainConfig) -> str:
-    """`pipeline.eval_backend` with `auto` resolved: `vllm` when the vLLM python exists (and the
-    model runs on the CPU or a GPU vLLM can use), else `inprocess`."""
+    """`pipeline.eval_backend` with `auto` resolved: `vllm` when the vLLM python
+    (`sampler.vllm.python`, `$SERA_VLLM_PYTHON` or the repository's `.venv-vllm`) exists, else
+    `inprocess`. Whether its server starts is found out by starting it (`open_policy`)."""
     setting = cfg.pipeline.eval_backend
     if setting != "auto":
         return setting

@@ -8,6 +8,9 @@ by a frozen rubric (SERA) and `pipeline.eval_rubrics`, every launched child also
 written (greedy) and scored by the policy, through the execution stage's own launcher; agents
 never see it, so success means the same as without it, and the report can give rubric validity.
 
+The rollouts are sampled in this process or by a vLLM server started on the evaluated weights
+(`pipeline.eval_backend`, `sera.pipeline.eval_serving`); the fingerprint names which.
+
 Rollouts lost to the infrastructure are not model results: the phase fails (`PhaseFailed`,
 `infra=True`) after the summary is saved, and rerunning the job retries exactly those.
 """
@@ -16,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
