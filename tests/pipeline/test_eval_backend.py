@@ -69,15 +69,23 @@ def test_auto_evaluates_in_process_without_vllm_and_an_explicit_vllm_that_cannot
     _, detail = evaluation.run_evaluation(missing, tmp_path / "missing")
     assert detail["backend"] == "inprocess" and not (tmp_path / "missing" / SERVER_LOG).exists()
 
-    python = vllm_python(tmp_path, monkeypatch, CRASH)
+    python = vllm_python(tmp_path, monkeypatch, SHIM)
     auto = load_config(CONFIG, overrides=[*KEYS, "pipeline.eval_backend=auto", f"sampler.vllm.python={python}"])
     assert chosen_backend(auto) == "vllm"
+    assert chosen_backend(auto, tmp_path / "missing") == "inprocess"  # a resumed evaluation keeps its backend
+    evaluation.run_evaluation(auto, tmp_path / "served")
+    assert chosen_backend(auto, tmp_path / "served") == "vllm"
+
+    (tmp_path / "shim" / "vllm" / "entrypoints" / "openai" / "api_server.py").write_text(CRASH)
     lines: list[str] = []
     _, detail = evaluation.run_evaluation(auto, tmp_path / "auto", log=lines.append)
     assert detail["backend"] == "inprocess" and detail["rollouts"] == 12
     assert len(lines) == 1 and lines[0].startswith("the vLLM server did not start (") \
         and lines[0].endswith("evaluating in process (pipeline.eval_backend: auto)")
     assert not (tmp_path / f"auto-{SERVED_DIR}").exists()
+    with pytest.raises(PhaseFailed) as begun:  # rollouts sampled by vLLM are never resumed in process
+        evaluation.run_evaluation(auto, tmp_path / "served")
+    assert begun.value.infra and "holds rollouts it sampled: rerun to retry, or remove" in str(begun.value)
 
     explicit = load_config(CONFIG, overrides=[*KEYS, "pipeline.eval_backend=vllm", f"sampler.vllm.python={python}"])
     with pytest.raises(PhaseFailed) as failed:

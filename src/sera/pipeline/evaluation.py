@@ -31,7 +31,9 @@ from sera.eval.fingerprint import RunFingerprint
 from sera.eval.harness import evaluate
 from sera.eval.store import check_out_dir
 from sera.eval.summary import EvalSummary
-from sera.pipeline.eval_serving import ServedEvaluation, VLLMServerError, chosen_backend, start_served_evaluation
+from sera.pipeline.eval_serving import (
+    ServedEvaluation, VLLMServerError, chosen_backend, recorded_backend, start_served_evaluation,
+)
 from sera.pipeline.evalset import eval_runtime, eval_selection, eval_tasks
 from sera.pipeline.record import PhaseFailed
 from sera.train.config import TrainConfig
@@ -86,7 +88,7 @@ def open_policy(cfg: TrainConfig, out: Path, weights: Path | None,
     from sera.policy.transformers_sampler import TransformersSampler
 
     model, tokenizer, name, identity = load_weights(cfg, weights)
-    backend = chosen_backend(cfg)
+    backend = chosen_backend(cfg, out)
     if backend == "vllm":
         try:
             served = start_served_evaluation(cfg, out, model, tokenizer, base=weights is None)
@@ -94,6 +96,10 @@ def open_policy(cfg: TrainConfig, out: Path, weights: Path | None,
         except VLLMServerError as exc:
             if cfg.pipeline.eval_backend == "vllm":
                 raise PhaseFailed(f"the evaluation's vLLM server did not start: {exc}", infra=True) from None
+            if recorded_backend(out) == "vllm":
+                raise PhaseFailed(f"the evaluation's vLLM server did not start ({exc}) and {out} holds rollouts "
+                                  f"it sampled: rerun to retry, or remove {out} to redo the evaluation in process",
+                                  infra=True) from None
             log(f"the vLLM server did not start ({exc}); evaluating in process (pipeline.eval_backend: auto)")
             backend = "inprocess"
     sampler = TransformersSampler(model, tokenizer, max_batch_size=eval_concurrency(cfg),
