@@ -1,10 +1,10 @@
 """Which engine samples an evaluation of the main job (`pipeline.eval_backend`), and a vLLM server
 started for one evaluation.
 
-On a 2-core CPU an evaluation is most of the main job's time, and vLLM decodes the 64 rollouts
-of one about twice as fast as the in-process sampler (measured on an AMD EPYC, the SFT
-checkpoint's 64 rollouts: 225 s of sampling plus a 39-s server start against 424-527 s in
-process; docs/pipeline.md). The server serves the evaluated weights as plain full weights (the
+On a 2-core CPU an evaluation is most of the main job's time, and vLLM samples the 64 rollouts
+of one 1.6-2.2x as fast as the in-process sampler (measured on an AMD EPYC, the SFT checkpoint's
+64 rollouts: 225 s of sampling plus a 39-s server start against 424 s in process with an 8-GB
+prefix cache and 527 s with 2 GB; docs/pipeline.md). The server serves the evaluated weights as plain full weights (the
 base model's converted folder, or the checkpoint written as a model folder beside the
 evaluation's output), on 127.0.0.1, and is stopped when the evaluation ends.
 
