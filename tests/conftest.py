@@ -12,9 +12,32 @@ disposition (a caught signal is reset at `exec`), as they do under an interactiv
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+import sera
+
+FAKE_VLLM_ENTRY = "from sera.testing.fake_vllm import main\nmain()\n"
+"""The fake server (`sera.testing.fake_vllm`) as `vllm.entrypoints.openai.api_server`."""
 
 
 def pytest_configure(config: object) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def fake_vllm_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A python whose `vllm.entrypoints.openai.api_server` is the fake server (written to
+    `tmp_path/shim/vllm/entrypoints/openai/api_server.py`, which a test may replace), so that
+    `VLLMServer` starts it as it would start vLLM."""
+    shim = tmp_path / "shim" / "vllm" / "entrypoints" / "openai"
+    shim.mkdir(parents=True)
+    (shim / "api_server.py").write_text(FAKE_VLLM_ENTRY)
+    src = Path(sera.__file__).resolve().parents[1]
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'shim'}{os.pathsep}{src}")
+    return sys.executable

@@ -5,13 +5,10 @@ vLLM would be), and `auto` falling back to the in-process sampler without vLLM."
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-import sera
 from sera.pipeline import evaluation
 from sera.pipeline.eval_serving import SERVED_DIR, SERVER_LOG, chosen_backend
 from sera.pipeline.record import PhaseFailed
@@ -20,18 +17,8 @@ from sera.train.config import load_config
 CONFIG = "configs/letters/rao.yaml"
 KEYS = ["pipeline.eval_tasks=6", "pipeline.eval_temperature=1.0", "pipeline.eval_samples=2",
         "sampler.vllm.start_timeout_s=120"]
-SHIM = "from sera.testing.fake_vllm import main\nmain()\n"
 CRASH = "import sys\nprint('fake vllm: out of memory', flush=True)\nsys.exit(1)\n"
-
-
-def vllm_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str) -> str:
-    """A python whose `vllm.entrypoints.openai.api_server` is `entry`."""
-    shim = tmp_path / "shim" / "vllm" / "entrypoints" / "openai"
-    shim.mkdir(parents=True)
-    (shim / "api_server.py").write_text(entry)
-    src = Path(sera.__file__).resolve().parents[1]
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'shim'}{os.pathsep}{src}")
-    return sys.executable
+"""A vLLM entry point that exits at start, as a server that cannot load would."""
 
 
 def outcomes(folder: Path) -> dict[str, tuple[bool, list[str]]]:
@@ -42,8 +29,8 @@ def outcomes(folder: Path) -> dict[str, tuple[bool, list[str]]]:
 
 
 def test_an_evaluation_through_a_vllm_server_samples_what_the_in_process_one_does_and_leaves_nothing_behind(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    python = vllm_python(tmp_path, monkeypatch, SHIM)
+        tmp_path: Path, fake_vllm_python: str) -> None:
+    python = fake_vllm_python
     served = load_config(CONFIG, overrides=[*KEYS, "pipeline.eval_backend=vllm", f"sampler.vllm.python={python}"])
     lines: list[str] = []
     summary, detail = evaluation.run_evaluation(served, tmp_path / "vllm", log=lines.append)
@@ -63,13 +50,13 @@ def test_an_evaluation_through_a_vllm_server_samples_what_the_in_process_one_doe
 
 
 def test_auto_evaluates_in_process_without_vllm_and_an_explicit_vllm_that_cannot_start_is_an_infrastructure_failure(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, fake_vllm_python: str) -> None:
     missing = load_config(CONFIG, overrides=[*KEYS, "pipeline.eval_backend=auto", "sampler.vllm.python=/nowhere/python"])
     assert chosen_backend(missing) == "inprocess"
     _, detail = evaluation.run_evaluation(missing, tmp_path / "missing")
     assert detail["backend"] == "inprocess" and not (tmp_path / "missing" / SERVER_LOG).exists()
 
-    python = vllm_python(tmp_path, monkeypatch, SHIM)
+    python = fake_vllm_python
     auto = load_config(CONFIG, overrides=[*KEYS, "pipeline.eval_backend=auto", f"sampler.vllm.python={python}"])
     assert chosen_backend(auto) == "vllm"
     assert chosen_backend(auto, tmp_path / "missing") == "inprocess"  # a resumed evaluation keeps its backend

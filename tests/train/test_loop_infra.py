@@ -16,14 +16,12 @@ import json
 import os
 import re
 import signal
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-import sera
 from sera.checkpoints.store import load_latest
 from sera.policy.errors import SamplerError
 from sera.serving.errors import InfraFailure, ServingError
@@ -36,7 +34,6 @@ from sera.train.run_dir import TrainError
 
 CONFIG = "configs/letters/rao.yaml"
 LORA = ["model.finetune=lora", "model.lora_rank=8", "model.lora_alpha=16"]
-SHIM = "from sera.testing.fake_vllm import main\nmain()\n"
 
 
 def run(out: Path, *overrides: str, tree_policy=None, resume: bool = False) -> list[dict]:
@@ -106,17 +103,6 @@ def test_a_failure_that_persists_stops_the_run_with_one_line_and_the_steps_done_
 
 
 # -- vLLM (the fake server) ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fake_vllm_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """`VLLMServer` runs `python -m vllm.entrypoints.openai.api_server`: point it at the fake."""
-    shim = tmp_path / "shim" / "vllm" / "entrypoints" / "openai"
-    shim.mkdir(parents=True)
-    (shim / "api_server.py").write_text(SHIM)
-    src = Path(sera.__file__).resolve().parents[1]
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'shim'}{os.pathsep}{src}")
-    return sys.executable
 
 
 def crash_fake_server(base_url: str) -> None:

@@ -36,7 +36,7 @@ from sera.train.sharded_learner import LearnerGroupError, ShardedLearner  # noqa
 
 from .test_fsdp_learner import _datums  # noqa: E402
 from .test_loop import CONFIG, SMALL, expert_on_tree_zero, weights  # noqa: E402
-from .test_loop_infra import crash_fake_server, fake_vllm_python  # noqa: E402,F401 - a fixture
+from .test_loop_infra import crash_fake_server  # noqa: E402
 
 pytestmark = pytest.mark.slow  # local Ray clusters: `make test-slow` (and CI), not `make test`
 

@@ -25,7 +25,7 @@ from sera.train.learner import LearnerConfig, TorchLearner
 from sera.train.sharded_learner import LearnerGroupError, ShardedLearner
 from .test_fsdp_learner import _datums
 from .test_loop import CONFIG, SMALL, _mixed, metrics, train, weights  # noqa: F401 - _mixed: the expert on tree 0
-from .test_loop_infra import fake_vllm_python, lines, trees  # noqa: F401 - a fixture
+from .test_loop_infra import lines, trees
 
 pytestmark = pytest.mark.slow  # two learner processes: `make test-slow` (and CI), not `make test`
 

@@ -460,7 +460,7 @@ class PipelineConfig(_Section):
     eval_backend: Literal["inprocess", "vllm", "auto"] = "inprocess"
     """What samples the evaluations: `inprocess` (a transformers sampler in this process), `vllm`
     (a vLLM server started for each evaluation on its weights: `sampler.vllm.python`, `dtype`,
-    `kv_cache_gib`; about twice the in-process speed on a 2-core CPU), or `auto`: vLLM when its
+    `kv_cache_gib`; 1.6-2.2x the in-process speed measured on a 2-core CPU), or `auto`: vLLM when its
     python exists (`make vllm-setup`) and the server starts, else in process."""
     sft: bool = True
     """Run the SFT warm start (else RL starts from the base model)."""
