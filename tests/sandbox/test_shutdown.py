@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from sera.sandbox.forkserver import ROOT_PREFIX, remove_stale_roots
+
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 SESSIONS = 4
 
@@ -113,6 +115,24 @@ def test_killing_leaves_no_sandbox_process(target: str, signum: int) -> None:
     finally:
         host.kill()
         host.wait(10)
+    # A host killed before `close` leaves its empty mount point; the next fork server removes it.
+    remove_stale_roots()
+    assert not os.path.exists(info["root"])
+
+
+def test_only_the_empty_roots_of_dead_hosts_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ours = f"{ROOT_PREFIX}{os.stat('/proc/self/ns/pid').st_ino}-"
+    stale = tmp_path / f"{ours}{dead.pid}-a"
+    live = tmp_path / f"{ours}{os.getpid()}-b"
+    not_empty = tmp_path / f"{ours}{dead.pid}-c"
+    other_namespace = tmp_path / f"{ROOT_PREFIX}1-{dead.pid}-d"
+    for path in (stale, live, not_empty, other_namespace):
+        path.mkdir()
+    (not_empty / "file").write_text("")
+    assert remove_stale_roots(str(tmp_path)) == [str(stale)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (live, not_empty, other_namespace))
 
 
 def test_suite_started_with_sigint_ignored_still_interrupts_children() -> None:

@@ -34,14 +34,14 @@ def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | Non
         raise OSError(ctypes.get_errno(), f"mount {target}")
 
 
-def _become_nobody(prefix: Path, closed: Path | None) -> None:
-    """preexec_fn: hide the closed directory behind a tmpfs holding only `prefix`, then drop root."""
+def _become_nobody(prefix: Path, closed: Path | None, parked: str) -> None:
+    """preexec_fn: hide the closed directory behind a tmpfs holding only `prefix` (kept visible
+    through the empty directory `parked`), then drop root."""
     libc = ctypes.CDLL(None, use_errno=True)
     if closed is not None:
         if libc.unshare(_CLONE_NEWNS) != 0:
             raise OSError(ctypes.get_errno(), "unshare")
         _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
-        parked = tempfile.mkdtemp(prefix="sera-test-prefix-")
         _mount(libc, str(prefix), parked, None, _MS_BIND | _MS_REC, None)
         _mount(libc, "none", str(closed), "tmpfs", 0, "mode=0755")
         os.makedirs(prefix, exist_ok=True)
@@ -55,7 +55,11 @@ def run_as_nobody(args: list[str], cwd: str, timeout: float, env: dict[str, str]
     """Run `args` as uid/gid 65534 (call as root only)."""
     prefix = Path(sys.base_prefix).resolve()
     closed = closed_ancestor(prefix / "bin")
-    return subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-        preexec_fn=lambda: _become_nobody(prefix, closed),
-    )
+    parked = tempfile.mkdtemp(prefix="sera-test-prefix-")  # made and removed here: the mount is the child's
+    try:
+        return subprocess.run(
+            args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+            preexec_fn=lambda: _become_nobody(prefix, closed, parked),
+        )
+    finally:
+        os.rmdir(parked)

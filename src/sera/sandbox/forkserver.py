@@ -70,7 +70,8 @@ class ForkServer:
         kernel isolation."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source_root = str(Path(__file__).resolve().parents[2])  # the directory holding `sera`
-        self._empty_root = tempfile.mkdtemp(prefix="sera-sandbox-root-")
+        remove_stale_roots()
+        self._empty_root = tempfile.mkdtemp(prefix=_root_prefix(os.getpid()))
         self._socket = ours
         self._lock = threading.Lock()
         try:
@@ -145,6 +146,55 @@ class ForkServer:
         if "error" in reply:
             raise ForkServerError(reply["error"])
         return reply
+
+
+ROOT_PREFIX = "sera-sandbox-root-"
+"""Names a fork server's mount point for its empty root (in the temp dir; also in its cmdline)."""
+
+
+def _namespace_prefix() -> str:
+    """`ROOT_PREFIX` + this pid namespace's id: pids are only comparable within one namespace."""
+    try:
+        return f"{ROOT_PREFIX}{os.stat('/proc/self/ns/pid').st_ino}-"
+    except OSError:  # no namespace id to read: such names are never swept
+        return f"{ROOT_PREFIX}x-"
+
+
+def _root_prefix(host_pid: int) -> str:
+    """The prefix of a host's directory: its pid after the namespace's, to tell a stale one."""
+    return f"{_namespace_prefix()}{host_pid}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_roots(tmp: str | None = None) -> list[str]:
+    """Remove the empty mount-point directories left by hosts of this pid namespace that died
+    without `close` (SIGKILL, OOM); returns their paths.
+
+    A live host's directory is never touched: removing a mount point in another mount namespace
+    detaches that mount there. Only empty directories go (`rmdir`), and only ours to remove.
+    """
+    tmp = tmp or tempfile.gettempdir()
+    ours = _namespace_prefix()
+    removed: list[str] = []
+    if ours.endswith("x-"):
+        return removed
+    with contextlib.suppress(OSError):
+        for name in os.listdir(tmp):
+            pid = name[len(ours):].split("-", 1)[0]
+            if name.startswith(ours) and pid.isdigit() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(tmp, name))
+                    removed.append(os.path.join(tmp, name))
+    return removed
 
 
 _server: ForkServer | None = None
