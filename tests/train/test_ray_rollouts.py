@@ -367,6 +367,21 @@ def test_a_killed_rank_actor_is_a_one_line_error(local_ray) -> None:
         learner.close()
 
 
+def test_a_cluster_that_cannot_hold_every_rank_is_a_one_line_error_that_leaves_nothing_behind(local_ray) -> None:
+    """Three follower ranks of one CPU each on a 2-CPU cluster: none is started (a group missing a
+    rank would wait at the rendezvous), the error names what is missing, the reservation is gone."""
+    model, tokenizer = load_registered("tiny", seed=0)
+    started = time.monotonic()
+    with pytest.raises(LearnerGroupError) as err:
+        ShardedLearner(model, tokenizer, LearnerConfig(lr=1e-3, device="cpu"), 4, partial(load_registered, "tiny", seed=0),
+                       placement="ray", placement_timeout_s=3)
+    assert time.monotonic() - started < 60
+    assert str(err.value) == ("the Ray cluster did not reserve the learner's 3 follower rank(s) (1 CPU each) within 3s "
+                              "(ray.placement_timeout_s): it has 2 of 2 CPU free")
+    assert all(group["state"] == "REMOVED" for group in ray.util.placement_group_table().values())
+    assert ray.available_resources().get("CPU") == 2
+
+
 def _build_fails():
     """What a rank actor runs instead of building the model: a failure to report."""
     raise RuntimeError("no such checkpoint: /nowhere")

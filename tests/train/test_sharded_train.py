@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from sera.checkpoints.store import load_latest
 from sera.policy.model_registry import load_registered
+from sera.serving.vllm_server import VLLMServer
 from sera.train import loop
 from sera.train.config import load_config
 from sera.train.learner import LearnerConfig, TorchLearner
@@ -84,11 +85,15 @@ def test_a_sharded_learner_brings_a_vllm_server_its_full_weights_after_every_upd
     """Two FSDP2 ranks beside a vLLM server (the fake, restarted on each version's folder): the
     server samples every round at the round's version, its log-probabilities match the sharded
     learner's after every sync, and what it serves at the end is the checkpointed weights. Rank 0
-    keeps no unsharded replica (only an in-process sampler needs one)."""
+    keeps no unsharded replica (only an in-process sampler needs one). The server, started on the
+    base (version 0), is restarted once per update only."""
     out = tmp_path / "run"
     made = []
     make = loop.make_train_learner
     monkeypatch.setattr(loop, "make_train_learner", lambda *args: made.append(make(*args)) or made[-1])
+    restarted_on = []
+    restart = VLLMServer.restart
+    monkeypatch.setattr(VLLMServer, "restart", lambda self, *a: restarted_on.append(self.model_dir.name) or restart(self, *a))
     cfg = load_config(CONFIG, preset="tiny", overrides=[
         *SMALL, "checkpoint.every=100", "max_steps=2", "model.finetune=full", "model.fsdp_processes=2", "sampler.backend=vllm",
         f"sampler.vllm.python={fake_vllm_python}", "sampler.vllm.full_sync=restart", "sampler.vllm.start_timeout_s=120"])
@@ -96,6 +101,7 @@ def test_a_sharded_learner_brings_a_vllm_server_its_full_weights_after_every_upd
     got = lines(out)
     assert result.version == 2 and [line["policy_version"] for line in got] == [0, 1]
     assert isinstance(made[0], ShardedLearner) and made[0].replica is None
+    assert restarted_on == ["v000001", "v000002"]
     assert all(line["trained"] and line["sync/canary_gap"] < 1e-3 for line in got)
     for line in got:
         versions = {s["policy_version"] for t in trees(out, line["step"]) for n in t["nodes"].values() for s in n["steps"]}

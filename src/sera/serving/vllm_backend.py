@@ -302,7 +302,7 @@ def _backend(v: VllmSettings, out: Path, tokenizer: Any, in_flight: Callable[[],
         try:
             adapters = VLLMWeightsSync(admin=admin, server=server, sampler=None, folder=out / WEIGHTS_DIR,
                                        mode=v.full_sync, bound=v.canary_bound, start_timeout_s=v.start_timeout_s,
-                                       in_flight=in_flight)  # type: ignore[arg-type]
+                                       in_flight=in_flight, started_on_base=server is not None)  # type: ignore[arg-type]
         except SyncError as exc:
             raise ServingError(str(exc)) from None
     backend = VllmBackend(sampler=sampler, adapters=adapters, server=server, max_restarts=v.restarts,

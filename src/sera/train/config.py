@@ -428,6 +428,10 @@ class RayConfig(_Section):
     """Longest wait to reach the cluster's address."""
     max_replans: int = Field(2, ge=0)
     """Times one tree is sampled again after its worker died before the round fails as infrastructure."""
+    placement_timeout_s: float = Field(120.0, gt=0)
+    """Longest wait for the cluster to reserve all follower ranks of an FSDP2 learner at once
+    (`model.fsdp_placement: ray`; an autoscaling cluster may need longer); past it, one line says
+    what the cluster lacks."""
 
 
 class PipelineConfig(_Section):

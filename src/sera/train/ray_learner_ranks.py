@@ -2,7 +2,11 @@
 can sit on other nodes of the cluster than rank 0 (the `sera train` process).
 
 Each follower is one actor (`LearnerRank`; one GPU each when the learner runs on CUDA, one CPU
-otherwise) holding the same `Follower` a local follower process holds. Rank 0 calls the actor's
+otherwise) holding the same `Follower` a local follower process holds. The actors are placed
+through one placement group, all or none and packed onto as few nodes as the cluster allows (the
+collectives' bandwidth): a cluster that cannot hold every rank is a one-line error after
+`ray.placement_timeout_s`, naming what it lacks, instead of a group that waits for its missing
+ranks at the rendezvous until the collective timeout. Rank 0 calls the actor's
 `run` for every learner call and then makes the call itself, so the collectives meet as with
 local followers; the actor answers with the alike error or ''. The process group's rendezvous is
 rank 0's node address (`rendezvous_host`), not 127.0.0.1. Actors are not restarted by Ray: a
@@ -82,17 +86,35 @@ class RayFollowers:
     """Ranks 1..N-1 as `LearnerRank` actors of the connected Ray cluster (a `Followers`)."""
 
     def __init__(self, settings: GroupSettings, build: Callable[[], tuple[nn.Module, Any]], config: LearnerConfig,
-                 owns_ray: bool = False) -> None:
-        """Start one actor per follower rank and have each join the group (`collect('start')` waits);
-        `owns_ray`: `end` shuts Ray down too (the run connected to it)."""
+                 owns_ray: bool = False, placement_timeout_s: float = 120.0) -> None:
+        """Reserve every follower rank at once (at most `placement_timeout_s`), start one actor per
+        rank and have each join the group (`collect('start')` waits); `owns_ray`: `end` shuts Ray
+        down too (the run connected to it), also when this fails."""
         import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.owns_ray = owns_ray
-        cuda = torch.device(config.device).type == "cuda"
-        actor = ray.remote(LearnerRank).options(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0, max_task_retries=0)
-        self.actors = [actor.remote(1) for _ in range(1, settings.world_size)]
-        self._pending = [a.start.remote(rank, settings, build, config) for rank, a in enumerate(self.actors, start=1)]
+        self.actors: list[Any] = []
+        self._pending: list[Any] = []
         self._failure = ""
+        cuda = torch.device(config.device).type == "cuda"
+        bundle = {"CPU": 1.0, "GPU": 1.0} if cuda else {"CPU": 1.0}
+        followers = settings.world_size - 1
+        self.placement: Any = None
+        try:
+            self.placement = placement_group([bundle] * followers, strategy="PACK")
+            if not self.placement.wait(timeout_seconds=placement_timeout_s):
+                raise LearnerGroupError(_unplaced(followers, bundle, placement_timeout_s))
+            actor = ray.remote(LearnerRank)
+            for index in range(followers):
+                strategy = PlacementGroupSchedulingStrategy(self.placement, placement_group_bundle_index=index)
+                self.actors.append(actor.options(num_cpus=1, num_gpus=1 if cuda else 0, max_restarts=0, max_task_retries=0,
+                                                 scheduling_strategy=strategy).remote(1))
+            self._pending = [a.start.remote(rank, settings, build, config) for rank, a in enumerate(self.actors, start=1)]
+        except BaseException:
+            self.end(graceful=False)
+            raise
 
     def send(self, call: Call) -> None:
         self._pending = [a.run.remote(call) for a in self.actors]
@@ -160,10 +182,27 @@ class RayFollowers:
                 ray.get([a.leave.remote() for a in self.actors], timeout=30)
             except Exception:  # noqa: BLE001 - they are killed next either way
                 pass
+        from ray.util.placement_group import remove_placement_group
+
         for a in self.actors:
             ray.kill(a, no_restart=True)
-        if self.owns_ray:
-            ray.shutdown()
+        try:
+            if self.placement is not None:
+                remove_placement_group(self.placement)
+        finally:
+            if self.owns_ray:
+                ray.shutdown()
+
+
+def _unplaced(followers: int, bundle: dict[str, float], timeout_s: float) -> str:
+    """The one-line error for a cluster that did not reserve every follower rank in time."""
+    import ray
+
+    free, total = ray.available_resources(), ray.cluster_resources()
+    each = " and ".join(f"{amount:g} {name}" for name, amount in bundle.items())
+    has = ", ".join(f"{free.get(name, 0):g} of {total.get(name, 0):g} {name}" for name in bundle)
+    return (f"the Ray cluster did not reserve the learner's {followers} follower rank(s) ({each} each) within "
+            f"{timeout_s:g}s (ray.placement_timeout_s): it has {has} free")
 
 
 __all__ = ["LearnerRank", "RayFollowers", "rendezvous_host"]

@@ -75,7 +75,8 @@ def make_train_learner(cfg: TrainConfig, model: torch.nn.Module, tokenizer: Any)
                            local_cpus=cfg.ray.workers * cfg.ray.worker_cpus + cfg.model.fsdp_processes - 1)
     return ShardedLearner(model, tokenizer, learner_config(cfg, tokenizer), cfg.model.fsdp_processes,
                           partial(load_model, cfg), replica=cfg.sampler.backend == "inprocess",
-                          placement=cfg.model.fsdp_placement, owns_ray=owns_ray)
+                          placement=cfg.model.fsdp_placement, owns_ray=owns_ray,
+                          placement_timeout_s=cfg.ray.placement_timeout_s)
 
 
 def make_judge(cfg: TrainConfig) -> Any:

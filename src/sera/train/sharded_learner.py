@@ -153,14 +153,16 @@ class ShardedLearner:
 
     def __init__(self, model: nn.Module, tokenizer: Any, config: LearnerConfig, processes: int,
                  build: Callable[[], tuple[nn.Module, Any]], *, group_timeout_s: float = 120.0,
-                 replica: bool = True, placement: Literal["local", "ray"] = "local", owns_ray: bool = False) -> None:
+                 replica: bool = True, placement: Literal["local", "ray"] = "local", owns_ray: bool = False,
+                 placement_timeout_s: float = 120.0) -> None:
         """Start `processes - 1` followers that build their model with `build` (a picklable
         callable), and shard `model` (rank 0's, whose weights every rank starts from). `replica`
         False keeps no unsharded copy (`self.replica` None): a vLLM server samples, from the
         weights `save_for_sampler` writes, and the copy would only cost a model's memory.
         `placement` `ray` runs the followers as actors of the Ray cluster this process is connected
-        to (`sera.train.ray_learner_ranks`; one GPU each on CUDA), possibly on other nodes; with
-        `owns_ray` (this run connected to it) `close` also shuts Ray down."""
+        to (`sera.train.ray_learner_ranks`; one GPU each on CUDA), possibly on other nodes, all
+        reserved at once within `placement_timeout_s`; with `owns_ray` (this run connected to it)
+        `close` also shuts Ray down."""
         if processes < 2:
             raise ValueError(f"a sharded learner needs at least 2 processes, got {processes}")
         backend = "nccl" if torch.device(config.device).type == "cuda" else "gloo"
@@ -178,7 +180,8 @@ class ShardedLearner:
             self.replica = copy.deepcopy(model).eval()  # before sharding turns `model`'s parameters into shards
             self.replica.requires_grad_(False)
         start_weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
-        self._group: Followers = (RayFollowers(self.settings, build, config, owns_ray) if placement == "ray"
+        self._group: Followers = (RayFollowers(self.settings, build, config, owns_ray, placement_timeout_s)
+                                  if placement == "ray"
                                   else LocalFollowers(self.settings, build, config))
         try:
             init_process_group(0, self.settings)
