@@ -19,6 +19,7 @@ from sera.checkpoints.store import load_latest, save_checkpoint
 from sera.train.config import ConfigError, dump_config, load_config
 from sera.train.loop import run_train
 from sera.train.setup import load_model, make_learner, training_tasks
+from sera.train.run_dir import TrainError
 from sera.train.sft import INIT_FILE, InitFromError, SftError, demonstrations, load_init, long_reply_warning, run_sft
 
 LETTERS = "configs/letters/rao.yaml"
@@ -161,6 +162,37 @@ def test_a_resumed_lora_run_keeps_the_init_from_base(sft_run, tmp_path: Path) ->
     assert [(x["step"], x["trained"]) for x in a] == [(x["step"], x["trained"]) for x in b]
     trained = [(x["loss"], y["loss"]) for x, y in zip(a, b) if x["trained"]]
     assert len(trained) == 2 and all(y == pytest.approx(x, abs=1e-5) for x, y in trained)
+
+
+def test_a_resume_reads_the_init_checkpoint_it_started_from_not_the_init_runs_newest(sft_run, tmp_path: Path) -> None:
+    # The SFT run may go on after RL started from it: a resumed LoRA run still trains its adapter
+    # on the weights it started from; a start checkpoint that is gone or changed is one line.
+    init = tmp_path / "sft"
+    shutil.copytree(sft_run[0], init)
+    keys = ["batch_tasks=2", "K=2", "model.finetune=lora", "model.lora_rank=8", "checkpoint.every=1"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_train(load_config(LETTERS, overrides=["max_steps=2", *keys]), straight, init_from=init, log=_quiet)
+    run_train(load_config(LETTERS, overrides=["max_steps=1", *keys]), resumed, init_from=init, log=_quiet)
+    started_from = load_latest(init / "checkpoints")
+    state = torch.load(started_from.file("learner.pt"), weights_only=True)
+    state["weights"] = {name: tensor + 0.5 for name, tensor in state["weights"].items()}
+    save_checkpoint(init / "checkpoints", {"learner.pt": lambda f: torch.save(state, f)}, step=99, version=0, round=0)
+    run_train(load_config(LETTERS, overrides=["max_steps=2", *keys]), resumed, resume=True, log=_quiet)
+    a, b = _lines(straight), _lines(resumed)
+    trained = [(x["loss"], y["loss"]) for x, y in zip(a, b) if x["trained"]]
+    assert len(trained) == 2 and all(y == pytest.approx(x, abs=1e-5) for x, y in trained)
+
+    record = json.loads((resumed / INIT_FILE).read_text())
+    assert record["checkpoint"] == str(started_from.path)
+    (resumed / INIT_FILE).write_text(json.dumps({**record, "identity": "step_000004 learner.pt sha256:0"}))
+    with pytest.raises(TrainError, match=r"^resuming .*: it started from step_000004 learner.pt sha256:0 in .*step_000004 "
+                                         r"\(its init_from.json\), which is now step_000004 learner.pt sha256:[0-9a-f]+; "
+                                         r"the run's weights fit the former only$"):
+        run_train(load_config(LETTERS, overrides=["max_steps=3", *keys]), resumed, resume=True, log=_quiet)
+    (resumed / INIT_FILE).write_text(json.dumps({**record, "checkpoint": str(tmp_path / "gone")}))
+    with pytest.raises(TrainError, match=r"^resuming .*: the checkpoint it started from \(.*gone, its init_from.json\) "
+                                         r"cannot be loaded: no such directory$"):
+        run_train(load_config(LETTERS, overrides=["max_steps=3", *keys]), resumed, resume=True, log=_quiet)
 
 
 def test_a_lora_run_from_init_loads_as_its_adapter_on_the_init_weights(sft_run, tmp_path: Path) -> None:

@@ -445,12 +445,12 @@ def run_train(
     only in `RESUMABLE_KEYS`; `allow_fallback`: resume from an older checkpoint when the newest
     is corrupt). `init_from`: a `sera sft` (or `sera train`) run directory whose newest
     checkpoint's weights start the run, with a fresh optimizer (recorded in `init_from.json`;
-    a resumed run re-reads it while it has no checkpoint of its own, and always with LoRA, whose
-    checkpoints hold only the adapter). `deadline`: a `time.monotonic()` instant; no step starts
+    a resumed run re-reads that same checkpoint, not the init run's newest, while it has no
+    checkpoint of its own, and always with LoRA, whose checkpoints hold only the adapter). `deadline`: a `time.monotonic()` instant; no step starts
     past it, or when the mean step time so far would end past it, and the run checkpoints and
     returns with `stopped_by="deadline"`. The sampler backend (`sampler.backend`; a vLLM server it
     started) is closed on every way out, exceptions and signals included."""
-    from sera.train.sft import INIT_FILE, load_init
+    from sera.train.sft import INIT_FILE, load_init, reload_init
 
     out = Path(out)
     init = None
@@ -463,7 +463,7 @@ def run_train(
         log(f"weights from {init[2]['identity']} in {init[2]['path']}; fresh optimizer")
     elif resume and (out / INIT_FILE).is_file() and (
             cfg.model.finetune == "lora" or not (out / CKPT_DIR / "latest").is_file()):
-        init = load_init(json.loads((out / INIT_FILE).read_text(encoding="utf-8"))["path"], cfg)
+        init = reload_init(out, cfg)
     spec = get_env(cfg.environment.name)
     env_training = spec.training
     if cfg.steps.zero_variance is not None:

@@ -31,7 +31,8 @@ EVAL_DIR = "eval"
 """Periodic evaluations: `eval/v<version>/`."""
 TENSORBOARD_DIR = "tensorboard"
 """TensorBoard event files."""
-RESUMABLE_KEYS = frozenset({"steps.max_steps", "ray.address", "ray.workers", "ray.worker_cpus", "ray.worker_gpus", "ray.connect_timeout_s"})
+RESUMABLE_KEYS = frozenset({"steps.max_steps", "ray.address", "ray.workers", "ray.worker_cpus", "ray.worker_gpus", "ray.connect_timeout_s",
+                            "ray.placement_timeout_s"})
 """Config keys `--resume` may change: extending a run, or sampling it elsewhere (trees are seeded
 per tree, so where they are sampled does not change them), is not a different run."""
 

@@ -396,6 +396,28 @@ def load_init(path: str | Path, cfg: TrainConfig) -> tuple[torch.nn.Module, Any,
     return model, tokenizer, record
 
 
+def reload_init(run: Path, cfg: TrainConfig) -> tuple[torch.nn.Module, Any, dict[str, Any]]:
+    """`load_init` for resuming `run`: exactly the checkpoint its `INIT_FILE` records (the init run
+    may have written newer ones since), which must still hold the same weights; `TrainError`
+    (one line) when the record is unreadable or that checkpoint is gone or changed."""
+    record_file = run / INIT_FILE
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        checkpoint, identity = str(record["checkpoint"]), str(record["identity"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TrainError(f"resuming {run}: {record_file} cannot be read ({type(exc).__name__}: {exc}); it names the "
+                         f"checkpoint whose weights the run started from") from None
+    try:
+        init = load_init(checkpoint, cfg)
+    except InitFromError as exc:
+        raise TrainError(f"resuming {run}: the checkpoint it started from ({checkpoint}, its {INIT_FILE}) cannot "
+                         f"be loaded: {str(exc).removeprefix(f'--init-from {checkpoint}: ')}") from None
+    if init[2]["identity"] != identity:
+        raise TrainError(f"resuming {run}: it started from {identity} in {checkpoint} (its {INIT_FILE}), which is now "
+                         f"{init[2]['identity']}; the run's weights fit the former only")
+    return init[0], init[1], record
+
+
 __all__ = [
     "DEMOS_DIR",
     "INIT_FILE",
@@ -408,6 +430,7 @@ __all__ = [
     "expert_policy",
     "heldout_nll",
     "load_init",
+    "reload_init",
     "run_sft",
     "sft_tasks",
     "tree_datums",
