@@ -102,6 +102,7 @@ test-vllm: setup vllm-setup
 
 bench-vllm: setup vllm-setup
 	$(PY) benchmarks/vllm_vs_inprocess.py --vllm-python $(VLLM_VENV)/bin/python --out benchmarks/results/vllm_vs_inprocess.json
+	$(PY) benchmarks/vllm_group_sync.py --vllm-python $(VLLM_VENV)/bin/python --out benchmarks/results/vllm_group_sync.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -175,15 +175,16 @@ class RayFollowers:
         return self._failure
 
     def end(self, graceful: bool) -> None:
+        """Stop every actor (after it left the group, when `graceful`), free their reservation,
+        and shut Ray down when the run connected to it."""
         import ray
+        from ray.util.placement_group import remove_placement_group
 
         if graceful:
             try:
                 ray.get([a.leave.remote() for a in self.actors], timeout=30)
             except Exception:  # noqa: BLE001 - they are killed next either way
                 pass
-        from ray.util.placement_group import remove_placement_group
-
         for a in self.actors:
             ray.kill(a, no_restart=True)
         try:
