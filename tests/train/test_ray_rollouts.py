@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ray = pytest.importorskip("ray")
 
+from sera.checkpoints.store import load_checkpoint  # noqa: E402
 from sera.envs.registry import get_env  # noqa: E402
 from sera.policy.model_registry import load_registered  # noqa: E402
 from sera.testing.fake_vllm import FakeVLLM  # noqa: E402
@@ -318,12 +320,22 @@ def test_ray_workers_sample_the_next_round_during_the_update(local_ray, tmp_path
     assert _trees(on) == _trees(ahead)
 
 
+FIRST_UPDATE_RTOL = 1e-2
+"""Largest difference of the weights after one update, sharded over Ray ranks vs one process (the
+same trees; gradients summed in another order), relative to how far the update moved them (L2).
+Not an elementwise bound: AdamW moves a weight whose gradient is near its eps (1e-8) by a
+fraction of lr that a 1e-9 change of that gradient shifts by ~1e-3 at lr 3e-3."""
+
+
 def test_fsdp_ranks_on_ray_give_the_single_process_run(local_ray, tmp_path: Path) -> None:
     """`model.fsdp_placement: ray`: the learner's rank 1 is a Ray actor that meets rank 0 (this
     process) at this node's address, beside one rollout worker; the run is the single-process run
-    up to the sharded step's summation order (tests/train/test_sharded_train.py's tolerances)."""
+    up to the sharded step's summation order (tests/train/test_sharded_train.py's tolerances). The
+    weights are compared after the first update: the second round is sampled from weights that
+    differ in the last bits, so its trees are equal in distribution only (after two updates the
+    largest difference was 0.7-1.4e-3 at lr 3e-3, run to run)."""
     single, ranks = tmp_path / "single", tmp_path / "ranks"
-    letters = ["max_steps=2", "seed=7", "model.finetune=full"]
+    letters = ["max_steps=2", "seed=7", "model.finetune=full", "checkpoint.every=1"]
     loop.run_train(load_config(LETTERS, preset="tiny", overrides=letters), single)
     made = []
 
@@ -345,8 +357,13 @@ def test_fsdp_ranks_on_ray_give_the_single_process_run(local_ray, tmp_path: Path
         assert y["sync/canary_gap"] < 1e-3  # the worker samples with the gathered weights
     assert b[0]["loss"] == pytest.approx(a[0]["loss"], rel=1e-5)
     assert b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-5)
-    wa, wb = weights(single), weights(ranks)
-    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-3
+    wa, wb = (torch.load(load_checkpoint(run / loop.CKPT_DIR / "step_000001").file("learner.pt"), weights_only=True)
+              ["weights"] for run in (single, ranks))
+    assert wa.keys() == wb.keys()
+    start = load_model(load_config(LETTERS, preset="tiny", overrides=letters))[0].state_dict()
+    apart = sum(float((wa[k] - wb[k]).pow(2).sum()) for k in wa) ** 0.5
+    moved = sum(float((wa[k] - start[k]).pow(2).sum()) for k in wa) ** 0.5
+    assert apart < FIRST_UPDATE_RTOL * moved
     assert ray.is_initialized()  # the fixture's Ray: the run joined it and left it running
 
 
