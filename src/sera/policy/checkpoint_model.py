@@ -136,6 +136,15 @@ def load_trained(source: CheckpointSource, *, merge: bool = True) -> tuple[torch
     return apply_learner_weights(model, state, lora=run.lora, where=source.path / LEARNER_FILE, merge=merge), tokenizer
 
 
+def read_init_record(record_file: Path) -> tuple[str, str]:
+    """`(checkpoint, identity)` from an `INIT_RECORD` file; ValueError naming the file and the cause."""
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        return str(record["checkpoint"]), str(record["identity"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{record_file} cannot be read ({type(exc).__name__}: {exc})") from None
+
+
 def _init_model(source: CheckpointSource) -> tuple[torch.nn.Module, Any] | None:
     """The merged model of the checkpoint a LoRA run was started from (`INIT_RECORD` beside its
     config), None for a run started from the base model. A record that cannot be read, or names a
@@ -145,11 +154,9 @@ def _init_model(source: CheckpointSource) -> tuple[torch.nn.Module, Any] | None:
     if not record_file.is_file():
         return None
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
-        checkpoint, identity = str(record["checkpoint"]), str(record["identity"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointModelError(f"{record_file} cannot be read ({type(exc).__name__}: {exc}); it names the "
-                                   f"weights the LoRA adapter of {source.path} was trained on") from None
+        checkpoint, identity = read_init_record(record_file)
+    except ValueError as exc:
+        raise CheckpointModelError(f"{exc}; it names the weights the LoRA adapter of {source.path} was trained on") from None
     init = resolve(checkpoint)
     if init is None or init.identity != identity:
         now = "gone" if init is None else f"now {init.identity}"

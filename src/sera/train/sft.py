@@ -29,7 +29,6 @@ with the demonstration trees, so `sera eval --policy hf --model OUT` loads it an
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 import time
@@ -400,13 +399,12 @@ def reload_init(run: Path, cfg: TrainConfig) -> tuple[torch.nn.Module, Any, dict
     """`load_init` for resuming `run`: exactly the checkpoint its `INIT_FILE` records (the init run
     may have written newer ones since), which must still hold the same weights; `TrainError`
     (one line) when the record is unreadable or that checkpoint is gone or changed."""
-    record_file = run / INIT_FILE
+    from sera.policy.checkpoint_model import read_init_record
+
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
-        checkpoint, identity = str(record["checkpoint"]), str(record["identity"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise TrainError(f"resuming {run}: {record_file} cannot be read ({type(exc).__name__}: {exc}); it names the "
-                         f"checkpoint whose weights the run started from") from None
+        checkpoint, identity = read_init_record(run / INIT_FILE)
+    except ValueError as exc:
+        raise TrainError(f"resuming {run}: {exc}; it names the checkpoint whose weights the run started from") from None
     try:
         init = load_init(checkpoint, cfg)
     except InitFromError as exc:
@@ -415,7 +413,7 @@ def reload_init(run: Path, cfg: TrainConfig) -> tuple[torch.nn.Module, Any, dict
     if init[2]["identity"] != identity:
         raise TrainError(f"resuming {run}: it started from {identity} in {checkpoint} (its {INIT_FILE}), which is now "
                          f"{init[2]['identity']}; the run's weights fit the former only")
-    return init[0], init[1], record
+    return init
 
 
 __all__ = [
