@@ -3,8 +3,11 @@ a stand-in for vLLM's entry point: alive(), restart(), and one-line start failur
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -86,6 +89,44 @@ def test_alive_and_restart_after_the_server_is_killed(tmp_path: Path) -> None:
     assert not server.alive()
     with pytest.raises(ProcessLookupError):
         os.killpg(first, 0)
+
+
+HOST = """
+import json, sys, time
+from sera.serving.vllm_server import VLLMServer
+model, log, path = sys.argv[1:4]
+server = VLLMServer(python=sys.executable, model_dir=model, served_name="base", log_path=log,
+                    extra_env={"PYTHONPATH": path})
+server.start(ready_timeout_s=60)
+print(json.dumps({"group": server.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_server_does_not_outlive_a_host_killed_without_stopping_it(tmp_path: Path) -> None:
+    given = fake_server(tmp_path)  # writes the stand-in; the host below starts its own server on it
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(given.model_dir), str(tmp_path / "host.log"),
+                             given.extra_env["PYTHONPATH"]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = host.stdout.readline()
+        assert line, host.stderr.read()
+        group = json.loads(line)["group"]
+        os.killpg(group, 0)  # the server runs
+        host.kill()  # SIGKILL: no stop() runs
+        host.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            os.killpg(group, signal.SIGKILL)
+            pytest.fail("the vLLM server outlived its host by 30 s")
+    finally:
+        host.kill()
+        host.wait(10)
 
 
 def fake_vllm(tmp_path, crash=False):

@@ -18,6 +18,13 @@ On a CPU (`cpu=True`) the server gets, besides `--enforce-eager` (no graph captu
 With `lora` the server hot-loads adapters at run time (`--enable-lora`, rank limit,
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`). Every failure to start is a one-line
 `VLLMServerError` naming the python or the log file and what to do.
+
+**No server outlives its host.** The server runs under a small guard process (`_GUARD`, this
+process's python, isolated mode), the leader of the server's own session: it passes the server's
+exit status on, and when the host is gone however it died (SIGKILL, the OOM killer: no `stop` ran)
+it ends the whole session, SIGTERM then SIGKILL, instead of leaving a server holding gigabytes
+and a port. A parent-death signal would not do: it fires when the *thread* that started the
+server ends, and servers are (re)started from worker threads (`VllmGroup.sync`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +47,31 @@ LORA_RANK_LIMITS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 adapter of any rank up to the limit loads."""
 MIN_BATCHED_TOKENS = 8192
 """`--max-num-batched-tokens` when chunked prefill is off (raised to `max_model_len` if longer)."""
+
+
+GUARD_POLL_S = 0.5
+"""How often the guard checks that its host is still there."""
+_GUARD = """\
+import os, signal, subprocess, sys, time
+host, poll_s, grace_s, command = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+server = subprocess.Popen(command)
+signal.signal(signal.SIGTERM, lambda *_: None)  # stop() signals the whole session; the server answers
+while server.poll() is None:
+    if os.getppid() != host:  # the host died and this process was handed to another parent
+        os.killpg(0, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while server.poll() is None and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(poll_s)
+code = server.returncode
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+"""`python -I -c _GUARD HOST_PID POLL_S GRACE_S COMMAND...`: runs the server, exits as it exited,
+and ends the session when the host is gone (module docstring)."""
 
 
 class VLLMServerError(RuntimeError):
@@ -135,7 +168,8 @@ class VLLMServer:
 
     @property
     def pid(self) -> int | None:
-        """The server process's id (also its process group's), None when not started."""
+        """The id of the server's guard process, the leader of the server's session and process
+        group (`os.killpg` on it ends the server); None when not started."""
         return self._proc.pid if self._proc is not None else None
 
     def command(self) -> list[str]:
@@ -183,9 +217,11 @@ class VLLMServer:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         log.write(f"--- sera: starting {' '.join(self.command())}\n".encode())
         log.flush()
-        # A new session, so that stop() can end the server and the engine processes it forks.
+        # A new session led by the guard, so that stop() can end the server and the engine
+        # processes it forks, and the guard can when this process dies.
+        guard = [sys.executable, "-I", "-c", _GUARD, str(os.getpid()), str(GUARD_POLL_S), "30"]
         self._proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.environment()},
+            [*guard, *self.command()], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.environment()},
             start_new_session=True,
         )
         log.close()
