@@ -37,7 +37,7 @@ from sera.train.setup import load_model, make_learner, make_train_learner, train
 from sera.train.sharded_learner import LearnerGroupError, ShardedLearner  # noqa: E402
 
 from .test_fsdp_learner import _datums  # noqa: E402
-from .test_loop import CONFIG, SMALL, expert_on_tree_zero, weights  # noqa: E402
+from .test_loop import CONFIG, SMALL, expert_on_tree_zero  # noqa: E402
 from .test_loop_infra import crash_fake_server  # noqa: E402
 
 pytestmark = pytest.mark.slow  # local Ray clusters: `make test-slow` (and CI), not `make test`
