@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import time
@@ -85,6 +86,7 @@ def main() -> None:
         })
     finally:
         group.close()
+        shutil.rmtree(work, ignore_errors=True)  # the weights folders: ~0.5 GB
     text = json.dumps(figures, indent=1)
     print(text)
     if args.out:
